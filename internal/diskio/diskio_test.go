@@ -1,0 +1,249 @@
+package diskio
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func mustWrite(t *testing.T, f File, p []byte, off int64) {
+	t.Helper()
+	if _, err := f.WriteAt(p, off); err != nil {
+		t.Fatalf("write at %d: %v", off, err)
+	}
+}
+
+func readAll(t *testing.T, fs FS, name string) []byte {
+	t.Helper()
+	f, err := fs.Open(name, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("open %s: %v", name, err)
+	}
+	defer f.Close()
+	size, err := f.Size()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, size)
+	if _, err := f.ReadAt(buf, 0); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	return buf
+}
+
+func TestMemCrashKeepsOnlySyncedData(t *testing.T) {
+	m := NewMem(512)
+	if err := m.MkdirAll("/d"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := m.Create("/d/a", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, f, []byte("synced"), 0)
+	if err := f.SyncData(); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, f, []byte("-lost"), 6)
+
+	// The directory entry was never synced: the file is gone after a crash.
+	if c := m.Crash(CrashSyncedOnly, nil); len(mustList(t, c, "/d")) != 0 {
+		t.Fatalf("unsynced directory entry survived: %v", mustList(t, c, "/d"))
+	}
+	if _, err := f.WriteAt([]byte("x"), 0); !errors.Is(err, ErrCrashed) {
+		t.Fatalf("write after crash: got %v, want ErrCrashed", err)
+	}
+
+	m = NewMem(512)
+	_ = m.MkdirAll("/d")
+	f, _ = m.Create("/d/a", Options{})
+	mustWrite(t, f, []byte("synced"), 0)
+	_ = f.SyncData()
+	_ = m.SyncDir("/d")
+	mustWrite(t, f, []byte("-lost"), 6)
+	c := m.Crash(CrashSyncedOnly, nil)
+	if got := readAll(t, c, "/d/a"); string(got) != "synced" {
+		t.Fatalf("after crash got %q, want %q", got, "synced")
+	}
+}
+
+func mustList(t *testing.T, fs FS, dir string) []string {
+	t.Helper()
+	names, err := fs.List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+func TestMemCrashPrefixAndSubsetOnlyAddUnsyncedBytes(t *testing.T) {
+	for _, mode := range []CrashMode{CrashPrefix, CrashSubset} {
+		for seed := range uint64(50) {
+			m := NewMem(512)
+			_ = m.MkdirAll("/d")
+			f, _ := m.Create("/d/a", Options{})
+			base := bytes.Repeat([]byte{'s'}, 1024)
+			mustWrite(t, f, base, 0)
+			_ = f.SyncData()
+			_ = m.SyncDir("/d")
+			mustWrite(t, f, bytes.Repeat([]byte{'u'}, 2048), 1024)
+			c := m.Crash(mode, rand.New(rand.NewPCG(seed, 1)))
+			got := readAll(t, c, "/d/a")
+			if !bytes.Equal(got[:1024], base) {
+				t.Fatalf("mode %d seed %d: synced prefix damaged", mode, seed)
+			}
+			for i, b := range got[1024:] {
+				if b != 'u' && b != 0 {
+					t.Fatalf("mode %d seed %d: byte %d is %q: neither written nor zero", mode, seed, 1024+i, b)
+				}
+			}
+		}
+	}
+}
+
+func TestMemRenameAndRemoveNeedSyncDir(t *testing.T) {
+	m := NewMem(0)
+	_ = m.MkdirAll("/d")
+	f, _ := m.Create("/d/tmp", Options{})
+	mustWrite(t, f, []byte("v1"), 0)
+	_ = f.Sync()
+	_ = m.SyncDir("/d")
+	if err := m.Rename("/d/tmp", "/d/final"); err != nil {
+		t.Fatal(err)
+	}
+	if names := mustList(t, m.Crash(CrashSyncedOnly, nil), "/d"); len(names) != 1 || names[0] != "tmp" {
+		t.Fatalf("rename without SyncDir survived a crash: %v", names)
+	}
+}
+
+func TestMemInjectsNthFailure(t *testing.T) {
+	m := NewMem(0)
+	_ = m.MkdirAll("/d")
+	f, _ := m.Create("/d/a", Options{})
+	m.SetInjector(FailNth(OpSync, 1, unix.EIO))
+	if err := f.SyncData(); err != nil {
+		t.Fatalf("sync 0: %v", err)
+	}
+	if err := f.SyncData(); !errors.Is(err, unix.EIO) {
+		t.Fatalf("sync 1: got %v, want EIO", err)
+	}
+	if err := f.SyncData(); err != nil {
+		t.Fatalf("sync 2: %v", err)
+	}
+}
+
+func TestMemDirectNeedsAlignment(t *testing.T) {
+	m := NewMem(4096)
+	_ = m.MkdirAll("/d")
+	f, _ := m.Create("/d/a", Options{Direct: true})
+	if _, err := f.WriteAt(make([]byte, 100), 0); !errors.Is(err, ErrMisaligned) {
+		t.Fatalf("misaligned write: got %v", err)
+	}
+	if _, err := f.WriteAt(make([]byte, 4096), 4096); err != nil {
+		t.Fatalf("aligned write: %v", err)
+	}
+}
+
+func TestMemCapacityGivesENOSPC(t *testing.T) {
+	m := NewMem(0)
+	m.SetCapacity(100)
+	_ = m.MkdirAll("/d")
+	f, _ := m.Create("/d/a", Options{})
+	mustWrite(t, f, make([]byte, 100), 0)
+	if _, err := f.WriteAt([]byte{1}, 100); !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("write past capacity: got %v, want ENOSPC", err)
+	}
+}
+
+func TestOSDirectRoundTripAndWriteSyncer(t *testing.T) {
+	dir := t.TempDir()
+	fs := NewOS()
+	align := fs.Alignment(dir)
+	if align < 512 || align&(align-1) != 0 {
+		t.Fatalf("alignment %d", align)
+	}
+	slab, err := NewSlab(64<<10, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slab.Close()
+	name := filepath.Join(dir, "f")
+	f, err := fs.Create(name, Options{Direct: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := fs.Create(name, Options{}); !errors.Is(err, ErrExist) {
+		t.Fatalf("second create: got %v, want ErrExist", err)
+	}
+	if err := f.Allocate(0, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	for _, engine := range []Engine{EnginePsync, EngineAuto} {
+		ws, err := NewWriteSyncer(engine, 2, slab.Buffers())
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 64
+		outstanding := 0
+		for i := range n {
+			buf := slab.Buffer(i % 2)[:align*4]
+			for j := range buf {
+				buf[j] = byte(i)
+			}
+			if outstanding == ws.Depth() {
+				c := <-ws.Completions()
+				if c.Err != nil {
+					t.Fatal(c.Err)
+				}
+				outstanding--
+			}
+			// buffers alternate, and at most 2 are outstanding, so a buffer is reused only
+			// after its completion.
+			if err := ws.Submit(WriteRequest{File: f, Buf: buf, BufIndex: i % 2, Offset: int64(i * len(buf)), Sync: true, ID: uint64(i)}); err != nil {
+				t.Fatal(err)
+			}
+			outstanding++
+			if outstanding == 2 {
+				c := <-ws.Completions()
+				if c.Err != nil {
+					t.Fatal(c.Err)
+				}
+				outstanding--
+			}
+		}
+		for ; outstanding > 0; outstanding-- {
+			if c := <-ws.Completions(); c.Err != nil {
+				t.Fatal(c.Err)
+			}
+		}
+		if err := ws.Close(); err != nil {
+			t.Fatal(err)
+		}
+		rd := slab.Buffer(3)[:align*4]
+		for i := range n {
+			if _, err := f.ReadAt(rd, int64(i*len(rd))); err != nil {
+				t.Fatal(err)
+			}
+			if rd[0] != byte(i) || rd[len(rd)-1] != byte(i) {
+				t.Fatalf("%v: block %d holds %d", engine, i, rd[0])
+			}
+		}
+	}
+}
+
+func TestParseEngine(t *testing.T) {
+	for in, want := range map[string]Engine{"auto": EngineAuto, "io_uring": EngineIOUring, "psync": EnginePsync} {
+		if got, err := ParseEngine(in); err != nil || got != want {
+			t.Errorf("ParseEngine(%q) = %v, %v", in, got, err)
+		}
+	}
+	if _, err := ParseEngine("aio"); err == nil {
+		t.Error("ParseEngine(aio) did not fail")
+	}
+}

@@ -1,0 +1,309 @@
+package diskio
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// OS is the real file system.
+type OS struct {
+	mu sync.Mutex
+	// alignments caches Alignment per directory.
+	alignments map[string]int
+}
+
+// NewOS returns the real file system.
+func NewOS() *OS { return &OS{alignments: make(map[string]int)} }
+
+func openFlags(opts Options) int {
+	flags := unix.O_CLOEXEC
+	if opts.ReadOnly {
+		flags |= unix.O_RDONLY
+	} else {
+		flags |= unix.O_RDWR
+	}
+	if opts.Direct {
+		flags |= unix.O_DIRECT
+	}
+	return flags
+}
+
+func mapOpenError(op, name string, err error) error {
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return fmt.Errorf("diskio: %s %s: %w (%w)", op, name, ErrNotExist, err)
+	case errors.Is(err, unix.EEXIST):
+		return fmt.Errorf("diskio: %s %s: %w (%w)", op, name, ErrExist, err)
+	}
+	return fmt.Errorf("diskio: %s %s: %w", op, name, err)
+}
+
+func openRetry(name string, flags int, mode uint32) (int, error) {
+	for {
+		fd, err := unix.Open(name, flags, mode)
+		if err == unix.EINTR {
+			continue
+		}
+		return fd, err
+	}
+}
+
+// Create implements FS.
+func (o *OS) Create(name string, opts Options) (File, error) {
+	if opts.ReadOnly {
+		return nil, fmt.Errorf("diskio: create %s: read-only create: %w", name, ErrUnsupported)
+	}
+	fd, err := openRetry(name, openFlags(opts)|unix.O_CREAT|unix.O_EXCL, 0o644)
+	if err != nil {
+		return nil, mapOpenError("create", name, err)
+	}
+	return &osFile{fd: fd, name: name, direct: opts.Direct}, nil
+}
+
+// Open implements FS.
+func (o *OS) Open(name string, opts Options) (File, error) {
+	fd, err := openRetry(name, openFlags(opts), 0)
+	if err != nil {
+		return nil, mapOpenError("open", name, err)
+	}
+	return &osFile{fd: fd, name: name, direct: opts.Direct}, nil
+}
+
+// Remove implements FS.
+func (o *OS) Remove(name string) error {
+	if err := unix.Unlink(name); err != nil {
+		return mapOpenError("remove", name, err)
+	}
+	return nil
+}
+
+// Rename implements FS.
+func (o *OS) Rename(oldname, newname string) error {
+	if err := unix.Rename(oldname, newname); err != nil {
+		return mapOpenError("rename", oldname+" -> "+newname, err)
+	}
+	return nil
+}
+
+// MkdirAll implements FS.
+func (o *OS) MkdirAll(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("diskio: mkdir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// List implements FS.
+func (o *OS) List(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, mapOpenError("list", dir, err)
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// SyncDir implements FS.
+func (o *OS) SyncDir(dir string) error {
+	fd, err := openRetry(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return mapOpenError("open dir", dir, err)
+	}
+	defer unix.Close(fd)
+	if err := fsyncRetry(fd, false); err != nil {
+		return fmt.Errorf("diskio: fsync dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Alignment implements FS: statx STATX_DIOALIGN of dir, at least 512, 4096 when unknown.
+func (o *OS) Alignment(dir string) int {
+	dir = filepath.Clean(dir)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if a, ok := o.alignments[dir]; ok {
+		return a
+	}
+	a := DirectIOAlignment(dir)
+	o.alignments[dir] = a
+	return a
+}
+
+// DirectIOAlignment reads the alignment that O_DIRECT needs for files under path with statx
+// STATX_DIOALIGN: the larger of the memory and offset alignments. It returns 4096 when the kernel
+// or the file system does not say.
+func DirectIOAlignment(path string) int {
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_DIOALIGN, &stx); err != nil {
+		return 4096
+	}
+	if stx.Mask&unix.STATX_DIOALIGN == 0 || stx.Dio_offset_align == 0 {
+		return 4096
+	}
+	a := max(int(stx.Dio_mem_align), int(stx.Dio_offset_align), 512)
+	if a&(a-1) != 0 {
+		return 4096
+	}
+	return a
+}
+
+// Usage implements FS.
+func (o *OS) Usage(dir string) (total, free uint64, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, 0, fmt.Errorf("diskio: statfs %s: %w", dir, err)
+	}
+	return st.Blocks * uint64(st.Bsize), st.Bavail * uint64(st.Bsize), nil
+}
+
+// osFile is an open OS file. It is used through File, and by the io_uring engine through Fd.
+type osFile struct {
+	fd     int
+	name   string
+	direct bool
+	closed sync.Once
+}
+
+// Fd returns the file descriptor, for the io_uring engine.
+func (f *osFile) Fd() int { return f.fd }
+
+func (f *osFile) Name() string { return f.name }
+
+func (f *osFile) ReadAt(p []byte, off int64) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := unix.Pread(f.fd, p[n:], off+int64(n))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, fmt.Errorf("diskio: read %s at %d: %w", f.name, off+int64(n), err)
+		}
+		if m == 0 {
+			return n, errEOF
+		}
+		n += m
+	}
+	return n, nil
+}
+
+func (f *osFile) WriteAt(p []byte, off int64) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := unix.Pwrite(f.fd, p[n:], off+int64(n))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, fmt.Errorf("diskio: write %s at %d: %w", f.name, off+int64(n), err)
+		}
+		if m == 0 {
+			return n, fmt.Errorf("diskio: write %s at %d: %w", f.name, off+int64(n), unix.EIO)
+		}
+		n += m
+	}
+	return n, nil
+}
+
+func fsyncRetry(fd int, dataOnly bool) error {
+	for {
+		var err error
+		if dataOnly {
+			err = unix.Fdatasync(fd)
+		} else {
+			err = unix.Fsync(fd)
+		}
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+func (f *osFile) SyncData() error {
+	if err := fsyncRetry(f.fd, true); err != nil {
+		return fmt.Errorf("diskio: fdatasync %s: %w", f.name, err)
+	}
+	return nil
+}
+
+func (f *osFile) Sync() error {
+	if err := fsyncRetry(f.fd, false); err != nil {
+		return fmt.Errorf("diskio: fsync %s: %w", f.name, err)
+	}
+	return nil
+}
+
+func (f *osFile) Allocate(off, length int64) error {
+	for {
+		err := unix.Fallocate(f.fd, 0, off, length)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("diskio: fallocate %s [%d,+%d): %w", f.name, off, length, err)
+		}
+		return nil
+	}
+}
+
+func (f *osFile) Truncate(size int64) error {
+	if err := unix.Ftruncate(f.fd, size); err != nil {
+		return fmt.Errorf("diskio: truncate %s to %d: %w", f.name, size, err)
+	}
+	return nil
+}
+
+func (f *osFile) Size() (int64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(f.fd, &st); err != nil {
+		return 0, fmt.Errorf("diskio: stat %s: %w", f.name, err)
+	}
+	return st.Size, nil
+}
+
+func (f *osFile) Close() error {
+	err := ErrClosed
+	f.closed.Do(func() {
+		err = unix.Close(f.fd)
+		if err != nil {
+			err = fmt.Errorf("diskio: close %s: %w", f.name, err)
+		}
+	})
+	return err
+}
+
+// WriteAtDataSync writes p at off with pwritev2(RWF_DSYNC): the write returns once p is durable,
+// in one system call instead of pwrite plus fdatasync.
+func (f *osFile) WriteAtDataSync(p []byte, off int64) error {
+	n := 0
+	for n < len(p) {
+		var iov unix.Iovec
+		iov.Base = &p[n]
+		iov.SetLen(len(p) - n)
+		pos := off + int64(n)
+		r, _, errno := unix.Syscall6(unix.SYS_PWRITEV2, uintptr(f.fd), uintptr(unsafe.Pointer(&iov)), 1,
+			uintptr(pos), 0, unix.RWF_DSYNC)
+		if errno == unix.EINTR {
+			continue
+		}
+		if errno != 0 {
+			return fmt.Errorf("diskio: pwritev2(RWF_DSYNC) %s at %d: %w", f.name, pos, errno)
+		}
+		if r == 0 {
+			return fmt.Errorf("diskio: pwritev2(RWF_DSYNC) %s at %d: %w", f.name, pos, unix.EIO)
+		}
+		n += int(r)
+	}
+	return nil
+}

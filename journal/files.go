@@ -1,0 +1,251 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/internal/diskio"
+)
+
+// journalFile is an open journal file, owned by the writer.
+type journalFile struct {
+	id        uint64
+	f         diskio.File
+	dataStart int64
+	salt      uint32
+}
+
+// fileManager creates, prepares, reuses and collects journal files. One file is prepared ahead
+// of the writer, so a rollover does not wait for file creation, preallocation and fsyncs.
+type fileManager struct {
+	cfg   *Config
+	stats *Stats
+	log   *slog.Logger
+	// header is an aligned buffer for writing file headers; zeros for PreallocZero.
+	header *diskio.Slab
+	zeros  *diskio.Slab
+
+	// mu guards nextID, recycle and inUse.
+	mu     sync.Mutex
+	nextID uint64
+	// recycle holds ids of old files (below the persisted mark) kept for reuse.
+	recycle []uint64
+	// inUse holds the ids of the file being written and the one being prepared: never collected.
+	inUse map[uint64]bool
+
+	// prepared delivers the file prepared ahead; pending says one is on its way.
+	prepared chan prepareResult
+	pending  bool
+	// started is set once the first file of this writer session has been prepared.
+	started bool
+}
+
+type prepareResult struct {
+	file *journalFile
+	err  error
+}
+
+const zeroFillChunk = 1 << 20
+
+func newFileManager(cfg *Config, stats *Stats, log *slog.Logger) (*fileManager, error) {
+	names, err := cfg.FS.List(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	ids := listFileIDs(names)
+	next := uint64(time.Now().UnixMilli())
+	if len(ids) > 0 {
+		next = ids[len(ids)-1] + 1
+	}
+	header, err := diskio.NewSlab(cfg.Alignment, 1)
+	if err != nil {
+		return nil, err
+	}
+	m := &fileManager{
+		cfg:      cfg,
+		stats:    stats,
+		log:      log,
+		header:   header,
+		nextID:   next,
+		inUse:    make(map[uint64]bool),
+		prepared: make(chan prepareResult, 1),
+	}
+	if cfg.Prealloc == PreallocZero {
+		if m.zeros, err = diskio.NewSlab(zeroFillChunk, 1); err != nil {
+			header.Close()
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// next returns a ready file for the writer and starts preparing the one after it.
+func (m *fileManager) next() (*journalFile, error) {
+	if !m.pending {
+		m.startPrepare()
+	}
+	r := <-m.prepared
+	m.pending = false
+	if r.err != nil {
+		return nil, r.err
+	}
+	m.startPrepare()
+	return r.file, nil
+}
+
+func (m *fileManager) startPrepare() {
+	m.mu.Lock()
+	id := m.nextID
+	m.nextID++
+	m.inUse[id] = true
+	var reuse uint64
+	if len(m.recycle) > 0 {
+		reuse = m.recycle[0]
+		m.recycle = m.recycle[1:]
+	}
+	m.mu.Unlock()
+	m.pending = true
+	sessionStart := !m.started
+	m.started = true
+	go func() {
+		f, err := m.prepare(id, reuse, sessionStart)
+		m.prepared <- prepareResult{f, err}
+	}()
+}
+
+// release tells the manager that the writer no longer uses file id.
+func (m *fileManager) release(jf *journalFile) error {
+	m.mu.Lock()
+	delete(m.inUse, jf.id)
+	m.mu.Unlock()
+	return jf.f.Close()
+}
+
+func (m *fileManager) path(id uint64) string { return filepath.Join(m.cfg.Dir, FileName(id)) }
+
+// prepare makes file id ready: reused from file reuse (if not 0) or created and preallocated;
+// header written; file and directory synced.
+func (m *fileManager) prepare(id, reuse uint64, sessionStart bool) (*journalFile, error) {
+	cfg := m.cfg
+	path := m.path(id)
+	var f diskio.File
+	var err error
+	if reuse != 0 {
+		if err = cfg.FS.Rename(m.path(reuse), path); err != nil {
+			return nil, fmt.Errorf("journal: reuse %s as %s: %w", FileName(reuse), FileName(id), err)
+		}
+		if f, err = cfg.FS.Open(path, diskio.Options{Direct: true}); err != nil {
+			return nil, err
+		}
+		m.stats.FilesReused.Add(1)
+	} else {
+		if f, err = cfg.FS.Create(path, diskio.Options{Direct: true}); err != nil {
+			return nil, err
+		}
+		if err = m.preallocate(f); err != nil {
+			f.Close()
+			return nil, err
+		}
+		m.stats.FilesCreated.Add(1)
+	}
+	hdr := m.header.Buffer(0)[:cfg.Alignment]
+	var flags uint32
+	if sessionStart {
+		flags |= fileFlagSessionStart
+	}
+	fileHeader{
+		flags:         flags,
+		version:       fileFormatVersion,
+		alignment:     uint32(cfg.Alignment),
+		fileID:        id,
+		createdNs:     time.Now().UnixNano(),
+		pipelineDepth: uint32(cfg.PipelineDepth),
+		groupCapacity: uint32(cfg.groupCapacity()),
+		maxPayload:    uint32(cfg.MaxRecordSize),
+	}.encode(hdr)
+	if _, err = f.WriteAt(hdr, 0); err == nil {
+		if err = f.Sync(); err == nil {
+			err = cfg.FS.SyncDir(cfg.Dir)
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("journal: prepare %s: %w", path, err)
+	}
+	return &journalFile{id: id, f: f, dataStart: int64(cfg.Alignment), salt: fileSalt(id)}, nil
+}
+
+func (m *fileManager) preallocate(f diskio.File) error {
+	switch m.cfg.Prealloc {
+	case PreallocFallocate:
+		return f.Allocate(0, m.cfg.MaxFileSize)
+	case PreallocZero:
+		zeros := m.zeros.Buffer(0)
+		for off := int64(0); off < m.cfg.MaxFileSize; off += zeroFillChunk {
+			n := min(int64(zeroFillChunk), m.cfg.MaxFileSize-off)
+			if _, err := f.WriteAt(zeros[:diskio.AlignUp(n, m.cfg.Alignment)], off); err != nil {
+				return err
+			}
+		}
+		return f.SyncData()
+	}
+	return nil
+}
+
+// collect removes or keeps for reuse the files below markFileID, keeping MaxBackups of them.
+func (m *fileManager) collect(markFileID uint64) error {
+	names, err := m.cfg.FS.List(m.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	var old []uint64
+	for _, id := range listFileIDs(names) {
+		if id < markFileID && !m.inUse[id] && !slices.Contains(m.recycle, id) {
+			old = append(old, id)
+		}
+	}
+	if len(old) <= m.cfg.MaxBackups {
+		m.mu.Unlock()
+		return nil
+	}
+	old = old[:len(old)-m.cfg.MaxBackups]
+	var remove []uint64
+	for _, id := range old {
+		if m.cfg.ReuseFiles && len(m.recycle) < m.cfg.MaxRecycled {
+			m.recycle = append(m.recycle, id)
+		} else {
+			remove = append(remove, id)
+		}
+	}
+	m.mu.Unlock()
+	var errs []error
+	for _, id := range remove {
+		if err := m.cfg.FS.Remove(m.path(id)); err != nil && !errors.Is(err, diskio.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if len(remove) > 0 {
+		errs = append(errs, m.cfg.FS.SyncDir(m.cfg.Dir))
+	}
+	return errors.Join(errs...)
+}
+
+// close waits for a file being prepared and closes it, then frees buffers.
+func (m *fileManager) close() {
+	if m.pending {
+		if r := <-m.prepared; r.err == nil {
+			r.file.f.Close()
+		}
+		m.pending = false
+	}
+	m.header.Close()
+	if m.zeros != nil {
+		m.zeros.Close()
+	}
+}

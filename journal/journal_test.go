@@ -1,0 +1,600 @@
+package journal
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ringkeeper/ringkeeper/internal/diskio"
+)
+
+// testPayload is the deterministic payload of (ledger, entry): replayed bytes can be checked
+// without remembering them.
+func testPayload(ledger, entry int64, size int) []byte {
+	b := make([]byte, size)
+	var seed [16]byte
+	binary.LittleEndian.PutUint64(seed[:], uint64(ledger))
+	binary.LittleEndian.PutUint64(seed[8:], uint64(entry))
+	for i := range b {
+		b[i] = seed[i%16] ^ byte(i*31)
+	}
+	return b
+}
+
+func payloadSize(ledger, entry int64) int { return int((uint64(ledger)*7 + uint64(entry)*13) % 3000) }
+
+// engines are the I/O engines to test on the real file system.
+func engines(t *testing.T) []diskio.Engine {
+	es := []diskio.Engine{diskio.EnginePsync}
+	if diskio.IOUringAvailable() == nil {
+		es = append(es, diskio.EngineIOUring)
+	} else {
+		t.Logf("io_uring unavailable, testing psync only: %v", diskio.IOUringAvailable())
+	}
+	return es
+}
+
+func memConfig(fs *diskio.Mem) Config {
+	cfg := DefaultConfig("/j")
+	cfg.FS = fs
+	cfg.MaxRecordSize = 64 << 10
+	cfg.BufferedWritesThreshold = 64 << 10
+	cfg.MaxFileSize = 4 << 20
+	return cfg
+}
+
+// appendSync appends one record and waits for its callback.
+func appendSync(t testing.TB, j *Journal, typ RecordType, ledger, entry int64, payload []byte) error {
+	t.Helper()
+	done := make(chan error, 1)
+	e := &Entry{Type: typ, LedgerID: ledger, EntryID: entry, Payload: payload, Done: func(_ *Entry, err error) { done <- err }}
+	if err := j.Append(e); err != nil {
+		return err
+	}
+	return <-done
+}
+
+type key struct{ ledger, entry int64 }
+
+// writeConcurrently appends count records per writer from several goroutines and returns the
+// keys acknowledged, checking that each writer's callbacks arrive in its order.
+func writeConcurrently(t *testing.T, j *Journal, writers, count int) []key {
+	t.Helper()
+	var mu sync.Mutex
+	var acked []key
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			ledger := int64(w + 1)
+			var next int64
+			var inner sync.WaitGroup
+			for i := range count {
+				entry := int64(i)
+				inner.Add(1)
+				e := &Entry{Type: RecordData, LedgerID: ledger, EntryID: entry, Payload: testPayload(ledger, entry, payloadSize(ledger, entry)),
+					Done: func(e *Entry, err error) {
+						defer inner.Done()
+						if err != nil {
+							t.Errorf("append %d/%d: %v", ledger, entry, err)
+							return
+						}
+						if e.EntryID != next {
+							t.Errorf("ledger %d: callback for %d, expected %d", ledger, e.EntryID, next)
+						}
+						next++
+						mu.Lock()
+						acked = append(acked, key{ledger, entry})
+						mu.Unlock()
+					}}
+				if err := j.Append(e); err != nil {
+					t.Errorf("append: %v", err)
+					inner.Done()
+				}
+			}
+			inner.Wait()
+		})
+	}
+	wg.Wait()
+	return acked
+}
+
+// replayAll replays dir from mark and returns the data records, checking their payloads.
+func replayAll(t *testing.T, fs diskio.FS, dir string, from Mark) (map[key]int, ReplayResult, error) {
+	t.Helper()
+	seen := make(map[key]int)
+	res, err := Replay(context.Background(), ReplayOptions{FS: fs, Dir: dir, From: from, Truncate: true}, func(r *Record) error {
+		if r.Type != RecordData {
+			return nil
+		}
+		k := key{r.LedgerID, r.EntryID}
+		if want := testPayload(k.ledger, k.entry, payloadSize(k.ledger, k.entry)); !bytes.Equal(r.Payload, want) {
+			t.Errorf("record %v: payload differs", k)
+		}
+		seen[k]++
+		return nil
+	})
+	return seen, res, err
+}
+
+func TestAppendReplayOnBothEngines(t *testing.T) {
+	for _, engine := range engines(t) {
+		t.Run(engine.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := DefaultConfig(dir)
+			cfg.Engine = engine
+			cfg.MaxFileSize = 16 << 20
+			j, err := Open(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.Engine() != engine {
+				t.Fatalf("engine %v, want %v", j.Engine(), engine)
+			}
+			acked := writeConcurrently(t, j, 8, 300)
+			mark := j.LastLogMark()
+			if err := j.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if mark.FileID == 0 || mark.Offset <= 4096 {
+				t.Fatalf("mark did not advance: %v", mark)
+			}
+			seen, res, err := replayAll(t, diskio.NewOS(), dir, Mark{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(seen) != len(acked) || res.Records != len(acked) {
+				t.Fatalf("replayed %d distinct (%d records), acknowledged %d", len(seen), res.Records, len(acked))
+			}
+			for _, k := range acked {
+				if seen[k] != 1 {
+					t.Fatalf("record %v replayed %d times", k, seen[k])
+				}
+			}
+		})
+	}
+}
+
+func TestRolloverGCAndReuse(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := memConfig(fs)
+	cfg.MaxBackups = 1
+	cfg.MaxRecycled = 1
+	j, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked := writeConcurrently(t, j, 4, 1500)
+	files, _ := fs.List(cfg.Dir)
+	if len(files) < 4 {
+		t.Fatalf("expected several files after %d records, got %v", len(acked), files)
+	}
+	// Everything replays across the file boundaries.
+	seen, _, err := replayAll(t, fs, cfg.Dir, Mark{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != len(acked) {
+		t.Fatalf("replayed %d of %d", len(seen), len(acked))
+	}
+	mark := j.LastLogMark()
+	if err := j.GC(mark); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := fs.List(cfg.Dir)
+	ids := listFileIDs(after)
+	var below int
+	for _, id := range ids {
+		if id < mark.FileID {
+			below++
+		}
+	}
+	// MaxBackups plus the one kept for reuse.
+	if below != 2 {
+		t.Fatalf("after GC at %v: %d files below the mark (%v), want 2", mark, below, after)
+	}
+	// Write more: the recycled file is reused for a later file.
+	writeConcurrently(t, j, 2, 1500)
+	if j.Stats().FilesReused.Load() == 0 {
+		t.Fatalf("no file was reused")
+	}
+	m2 := j.LastLogMark()
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Replay from the old mark sees only what came after it, and stale bytes of the reused
+	// file are never returned (replayAll checks every payload).
+	if _, _, err := replayAll(t, fs, cfg.Dir, mark); err != nil {
+		t.Fatal(err)
+	}
+	if m2.Compare(mark) <= 0 {
+		t.Fatalf("mark went from %v to %v", mark, m2)
+	}
+}
+
+func TestReplayFromMarkSkipsEarlierRecords(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := memConfig(fs)
+	j, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range int64(10) {
+		if err := appendSync(t, j, RecordData, 1, i, testPayload(1, i, payloadSize(1, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mark := j.LastLogMark()
+	for i := int64(10); i < 15; i++ {
+		if err := appendSync(t, j, RecordData, 1, i, testPayload(1, i, payloadSize(1, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j.Close()
+	seen, _, err := replayAll(t, fs, cfg.Dir, mark)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 5 || seen[key{1, 10}] != 1 || seen[key{1, 9}] != 0 {
+		t.Fatalf("replay from %v saw %v", mark, seen)
+	}
+	// A mark that points into a missing file is an error.
+	_, _, err = replayAll(t, fs, cfg.Dir, Mark{FileID: mark.FileID + 100, Offset: 4096})
+	if !errors.Is(err, ErrMissingFile) {
+		t.Fatalf("missing mark file: got %v", err)
+	}
+}
+
+func TestMetaRecordsReplay(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := memConfig(fs)
+	j, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Record{
+		{Type: RecordLedgerKey, LedgerID: 5, EntryID: 0, Payload: []byte("master-key-20-bytes!")},
+		{Type: RecordFence, LedgerID: 5, EntryID: -1},
+		{Type: RecordExplicitLAC, LedgerID: 5, EntryID: 0, Payload: []byte{1, 2, 3}},
+	}
+	for _, r := range want {
+		if err := appendSync(t, j, r.Type, r.LedgerID, r.EntryID, r.Payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j.Close()
+	var got []Record
+	_, err = Replay(context.Background(), ReplayOptions{FS: fs, Dir: cfg.Dir}, func(r *Record) error {
+		got = append(got, Record{Type: r.Type, LedgerID: r.LedgerID, EntryID: r.EntryID, Payload: bytes.Clone(r.Payload)})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d records", len(got))
+	}
+	for i := range want {
+		if got[i].Type != want[i].Type || got[i].LedgerID != want[i].LedgerID || got[i].EntryID != want[i].EntryID || !bytes.Equal(got[i].Payload, want[i].Payload) && len(want[i].Payload) > 0 {
+			t.Errorf("record %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// journalFiles returns the paths of the journal files in dir, ascending.
+func journalFiles(t *testing.T, fs diskio.FS, dir string) []string {
+	names, err := fs.List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, id := range listFileIDs(names) {
+		out = append(out, filepath.Join(dir, FileName(id)))
+	}
+	return out
+}
+
+func fileBytes(t *testing.T, fs diskio.FS, path string) []byte {
+	t.Helper()
+	b, err := diskio.ReadFile(fs, path, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// memWithFile returns a Mem FS holding the given journal files.
+func memWithFiles(t *testing.T, dir string, files map[string][]byte) *diskio.Mem {
+	t.Helper()
+	fs := diskio.NewMem(4096)
+	fs.MkdirAll(dir)
+	for path, data := range files {
+		f, err := fs.Create(path, diskio.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(data, 0); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	return fs
+}
+
+// writeSequential writes n records one group each and returns the file content and the offset
+// of every record.
+func writeSequential(t *testing.T, n int) (string, []byte, []int64) {
+	t.Helper()
+	fs := diskio.NewMem(4096)
+	cfg := memConfig(fs)
+	j, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range int64(n) {
+		if err := appendSync(t, j, RecordData, 1, i, testPayload(1, i, payloadSize(1, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j.Close()
+	paths := journalFiles(t, fs, cfg.Dir)
+	var offsets []int64
+	_, err = Replay(context.Background(), ReplayOptions{FS: fs, Dir: cfg.Dir}, func(r *Record) error {
+		offsets = append(offsets, r.Offset)
+		return nil
+	})
+	if err != nil || len(offsets) != n {
+		t.Fatalf("replay: %v, %d records", err, len(offsets))
+	}
+	// The first file holds everything (the second is the one prepared ahead).
+	return paths[0], fileBytes(t, fs, paths[0]), offsets
+}
+
+func TestTornTailAtEveryOffsetOfLastRecord(t *testing.T) {
+	path, data, offsets := writeSequential(t, 5)
+	last := offsets[len(offsets)-1]
+	lastEnd := last + int64(recordHeaderSize+payloadSize(1, 4))
+	for cut := last; cut < lastEnd; cut++ {
+		for _, zeroFill := range []bool{false, true} {
+			torn := bytes.Clone(data[:cut])
+			if zeroFill {
+				torn = append(torn, make([]byte, len(data)-int(cut))...)
+			}
+			fs := memWithFiles(t, filepath.Dir(path), map[string][]byte{path: torn})
+			seen, res, err := replayAll(t, fs, filepath.Dir(path), Mark{})
+			if err != nil {
+				t.Fatalf("cut at %d (zero fill %v): %v", cut, zeroFill, err)
+			}
+			if len(seen) != 4 || seen[key{1, 4}] != 0 {
+				t.Fatalf("cut at %d: replayed %v", cut, seen)
+			}
+			if res.TornOffset != last {
+				t.Fatalf("cut at %d: torn offset %d, want %d", cut, res.TornOffset, last)
+			}
+			// The torn tail was truncated: a second replay sees a clean end at the same place.
+			if got := fileBytes(t, fs, path); int64(len(got)) != last {
+				t.Fatalf("cut at %d: file is %d bytes after replay, want %d", cut, len(got), last)
+			}
+		}
+	}
+}
+
+func TestBitFlipInTheMiddleIsCorruption(t *testing.T) {
+	path, data, offsets := writeSequential(t, 40)
+	target := offsets[10] + recordHeaderSize + 3 // a payload byte of record 10
+	bad := bytes.Clone(data)
+	bad[target] ^= 0x10
+	fs := memWithFiles(t, filepath.Dir(path), map[string][]byte{path: bad})
+	_, _, err := replayAll(t, fs, filepath.Dir(path), Mark{})
+	if !errors.Is(err, ErrCorruption) {
+		t.Fatalf("got %v, want ErrCorruption", err)
+	}
+	if want := fmt.Sprintf("offset %d", offsets[10]); !bytes.Contains([]byte(err.Error()), []byte(want)) || !bytes.Contains([]byte(err.Error()), []byte(path)) {
+		t.Fatalf("error %q does not name %s and %s", err, path, want)
+	}
+	// With the override, replay skips the damaged record and goes on.
+	var n int
+	_, err = Replay(context.Background(), ReplayOptions{FS: fs, Dir: filepath.Dir(path), SkipInvalidRecords: true}, func(r *Record) error {
+		n++
+		return nil
+	})
+	if err != nil || n != 39 {
+		t.Fatalf("skip mode: %v, %d records", err, n)
+	}
+}
+
+func TestFsyncFailureIsStickyAndNeverAcknowledged(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := memConfig(fs)
+	j, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := appendSync(t, j, RecordData, 1, 0, []byte("ok")); err != nil {
+		t.Fatal(err)
+	}
+	fs.SetInjector(func(op diskio.Op) error {
+		if op.Kind == diskio.OpSync {
+			return unix.EIO
+		}
+		return nil
+	})
+	err = appendSync(t, j, RecordData, 1, 1, []byte("fails"))
+	if !errors.Is(err, unix.EIO) {
+		t.Fatalf("append with failing fsync: got %v, want EIO", err)
+	}
+	fs.SetInjector(nil)
+	// Sticky: later appends fail with the same error even though fsync works again.
+	for i := int64(2); i < 5; i++ {
+		if err := appendSync(t, j, RecordData, 1, i, []byte("later")); !errors.Is(err, unix.EIO) {
+			t.Fatalf("append %d after failure: got %v, want the sticky EIO", i, err)
+		}
+	}
+	if err := j.Close(); !errors.Is(err, unix.EIO) {
+		t.Fatalf("Close: got %v", err)
+	}
+}
+
+func TestWriteFailureFailsPendingRecords(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := memConfig(fs)
+	j, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := false
+	current := j.FilePath(j.LastLogMark().FileID)
+	fs.SetInjector(func(op diskio.Op) error {
+		if op.Kind == diskio.OpWrite && op.Name == current && !failed {
+			failed = true
+			return unix.ENOSPC
+		}
+		return nil
+	})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for i := range 50 {
+		wg.Add(1)
+		e := &Entry{Type: RecordData, LedgerID: 1, EntryID: int64(i), Payload: []byte("x"), Done: func(_ *Entry, err error) {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+			wg.Done()
+		}}
+		if err := j.Append(e); err != nil {
+			wg.Done()
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err == nil {
+			// Records in a group submitted before the failing write could succeed only if
+			// they were written before it; the first write fails, so none can.
+			t.Fatal("a record was acknowledged although the journal's first write failed")
+		}
+	}
+	j.Close()
+}
+
+func TestCloseFlushesQueuedRecords(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := memConfig(fs)
+	j, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acked sync.WaitGroup
+	for i := range 100 {
+		acked.Add(1)
+		e := &Entry{Type: RecordData, LedgerID: 2, EntryID: int64(i), Payload: testPayload(2, int64(i), payloadSize(2, int64(i))),
+			Done: func(_ *Entry, err error) {
+				if err != nil {
+					t.Errorf("record failed on close: %v", err)
+				}
+				acked.Done()
+			}}
+		if err := j.Append(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	acked.Wait()
+	if err := j.Append(&Entry{Type: RecordData, Done: func(*Entry, error) {}}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("append after close: %v", err)
+	}
+	seen, _, err := replayAll(t, fs, cfg.Dir, Mark{})
+	if err != nil || len(seen) != 100 {
+		t.Fatalf("replay: %v, %d", err, len(seen))
+	}
+}
+
+func TestRecordTooLarge(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := memConfig(fs)
+	j, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	err = j.Append(&Entry{Type: RecordData, Payload: make([]byte, cfg.MaxRecordSize+1), Done: func(*Entry, error) {}})
+	if !errors.Is(err, ErrRecordTooLarge) {
+		t.Fatalf("got %v", err)
+	}
+	// The largest allowed record fits in a group.
+	if err := appendSync(t, j, RecordData, 1, 0, make([]byte, cfg.MaxRecordSize)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMarkStore(t *testing.T) {
+	fs := diskio.NewMem(0)
+	dirs := []string{"/l1", "/l2"}
+	for _, d := range dirs {
+		fs.MkdirAll(d)
+	}
+	s := NewMarkStore(fs, dirs, MarkFileName(0, 1))
+	if m, err := s.Load(); err != nil || m != (Mark{}) {
+		t.Fatalf("empty load: %v %v", m, err)
+	}
+	m1 := Mark{FileID: 5, Offset: 8192}
+	if got, err := s.Persist(m1); err != nil || got != m1 {
+		t.Fatal(got, err)
+	}
+	// Never backwards.
+	if got, err := s.Persist(Mark{FileID: 5, Offset: 4096}); err != nil || got != m1 {
+		t.Fatalf("backwards persist returned %v, %v", got, err)
+	}
+	// Crash: the persisted mark survives; a fresh store reads the maximum over dirs.
+	crashed := fs.Crash(diskio.CrashSyncedOnly, nil)
+	diskio.WriteFileAtomic(crashed, "/l2/lastMark", encodeMark(Mark{FileID: 6, Offset: 4096}))
+	s2 := NewMarkStore(crashed, dirs, "lastMark")
+	if m, err := s2.Load(); err != nil || m != (Mark{FileID: 6, Offset: 4096}) {
+		t.Fatalf("load after crash: %v %v", m, err)
+	}
+	// A corrupt mark file is an error, not silently an older mark.
+	diskio.WriteFileAtomic(crashed, "/l1/lastMark", []byte("garbage"))
+	if _, err := s2.Load(); !errors.Is(err, ErrBadMark) {
+		t.Fatalf("corrupt mark: got %v", err)
+	}
+	if MarkFileName(2, 3) != "lastMark.2" {
+		t.Fatal(MarkFileName(2, 3))
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	base := DefaultConfig("/j")
+	cases := map[string]func(c *Config){
+		"no dir":         func(c *Config) { c.Dir = "" },
+		"alignment":      func(c *Config) { c.Alignment = 1000 },
+		"queue":          func(c *Config) { c.QueueSize = 0 },
+		"depth":          func(c *Config) { c.PipelineDepth = 0 },
+		"threshold":      func(c *Config) { c.BufferedWritesThreshold = 0 },
+		"file too small": func(c *Config) { c.MaxFileSize = 1 << 20 },
+		"wait":           func(c *Config) { c.MaxGroupWait = -1 },
+	}
+	for name, mutate := range cases {
+		c := base
+		mutate(&c)
+		if err := c.Validate(); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("%s: got %v", name, err)
+		}
+	}
+	c := base
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	_ = slices.Clone([]int{})
+}
