@@ -259,4 +259,3 @@ func (w *uringWriteSyncer) run(registered [][]byte, started chan<- error) {
 	w.doorbell.Close()
 	close(w.completions)
 }
-
