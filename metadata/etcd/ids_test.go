@@ -1,0 +1,100 @@
+package etcd_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/metadata"
+	"github.com/ringkeeper/ringkeeper/metadata/metadatatest"
+)
+
+// TestConcurrentLedgerIDs: several clients, each with several goroutines,
+// take ids at once with a small batch (so reservations collide); every id is
+// unique, and each client's ids increase.
+func TestConcurrentLedgerIDs(t *testing.T) {
+	t.Parallel()
+	uri := metadatatest.URI(t)
+	ctx := ctxFor(t, 30*time.Second)
+	const clients, goroutines, perGoroutine = 4, 4, 60
+	var (
+		mu   sync.Mutex
+		seen = make(map[int64]int)
+		wg   sync.WaitGroup
+	)
+	for c := 0; c < clients; c++ {
+		d := open(t, uri, metadata.Options{IDBatchSize: 7})
+		for g := 0; g < goroutines; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				last := int64(-1)
+				for i := 0; i < perGoroutine; i++ {
+					id, err := d.NewLedgerID(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if id <= last {
+						t.Errorf("ids from one client went back: %d after %d", id, last)
+					}
+					last = id
+					mu.Lock()
+					seen[id]++
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if len(seen) != clients*goroutines*perGoroutine {
+		for id, n := range seen {
+			if n > 1 {
+				t.Errorf("id %d handed out %d times", id, n)
+			}
+		}
+		t.Fatalf("%d distinct ids, want %d", len(seen), clients*goroutines*perGoroutine)
+	}
+}
+
+// TestLedgerIDsNeverReused: ids of deleted ledgers, and ids reserved by a
+// closed client, are never handed out again.
+func TestLedgerIDsNeverReused(t *testing.T) {
+	t.Parallel()
+	uri := metadatatest.URI(t)
+	ctx := ctxFor(t, 20*time.Second)
+	a := open(t, uri)
+	var maxID int64 = -1
+	for i := 0; i < 5; i++ {
+		id, v, err := metadata.CreateLedger(ctx, a, metadatatest.Ledger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Ledgers().Delete(ctx, id, v); err != nil {
+			t.Fatal(err)
+		}
+		maxID = max(maxID, id)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := open(t, uri)
+	id, err := b.NewLedgerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id <= maxID {
+		t.Fatalf("new client got id %d, but %d was already used", id, maxID)
+	}
+	if id < metadata.DefaultIDBatchSize {
+		t.Fatalf("new client got id %d from the closed client's reserved batch", id)
+	}
+	// An explicit id in the way is skipped by CreateLedger.
+	if _, err := b.Ledgers().Create(ctx, id+1, metadatatest.Ledger()); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := metadata.CreateLedger(ctx, b, metadatatest.Ledger())
+	if err != nil || got != id+2 {
+		t.Fatalf("CreateLedger got %d (%v), want %d", got, err, id+2)
+	}
+}
