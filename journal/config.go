@@ -95,7 +95,9 @@ type Config struct {
 	// ReuseFiles is journalReuseFiles: files that journal GC would delete are kept (up to
 	// MaxRecycled) and renamed for reuse, so that new files start with written extents.
 	ReuseFiles bool
-	// MaxRecycled is how many files are kept for reuse (default 2).
+	// MaxRecycled is how many files are kept for reuse (default 4). Files are collected only at
+	// checkpoints, so the pool must cover the files written between two checkpoints for every
+	// new file to be a reused one.
 	MaxRecycled int
 	// Prealloc says how a new (not recycled) file's space is prepared.
 	Prealloc PreallocMode
@@ -122,7 +124,7 @@ func DefaultConfig(dir string) Config {
 		MaxRecordSize:           5 << 20,
 		PipelineDepth:           2,
 		ReuseFiles:              true,
-		MaxRecycled:             2,
+		MaxRecycled:             4,
 		Prealloc:                PreallocFallocate,
 	}
 }

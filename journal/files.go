@@ -107,6 +107,7 @@ func (m *fileManager) startPrepare() {
 	if len(m.recycle) > 0 {
 		reuse = m.recycle[0]
 		m.recycle = m.recycle[1:]
+		m.inUse[reuse] = true // until renamed: collect must not remove it meanwhile
 	}
 	m.mu.Unlock()
 	m.pending = true
@@ -136,7 +137,11 @@ func (m *fileManager) prepare(id, reuse uint64, sessionStart bool) (*journalFile
 	var f diskio.File
 	var err error
 	if reuse != 0 {
-		if err = cfg.FS.Rename(m.path(reuse), path); err != nil {
+		err = cfg.FS.Rename(m.path(reuse), path)
+		m.mu.Lock()
+		delete(m.inUse, reuse)
+		m.mu.Unlock()
+		if err != nil {
 			return nil, fmt.Errorf("journal: reuse %s as %s: %w", FileName(reuse), FileName(id), err)
 		}
 		if f, err = cfg.FS.Open(path, diskio.Options{Direct: true}); err != nil {

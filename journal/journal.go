@@ -37,7 +37,7 @@ type Entry struct {
 	// Ctx is free for the caller.
 	Ctx any
 
-	enqueuedNs int64
+	payloadCRC uint32
 }
 
 // Stats are cumulative counters. Safe to read at any time.
@@ -71,6 +71,10 @@ type Journal struct {
 	// before groupsReady is closed, read-only afterwards.
 	groups      []*group
 	groupsReady chan struct{}
+	// callbacks carries finished groups' records to the callback goroutine; callbackSlices
+	// circulates the slices that hold them (a fixed set, so memory stays bounded).
+	callbacks      chan callbackBatch
+	callbackSlices chan []*Entry
 
 	// sticky holds the first durability error; once set, every record fails with it.
 	sticky atomic.Pointer[error]
@@ -117,14 +121,16 @@ func Open(cfg Config) (*Journal, error) {
 		return nil, err
 	}
 	j := &Journal{
-		cfg:           cfg,
-		fs:            cfg.FS,
-		log:           cfg.Logger.With("journal", cfg.Dir),
-		q:             newQueue(cfg.QueueSize),
-		released:      make(chan *group, cfg.PipelineDepth+1),
-		groupsReady:   make(chan struct{}),
-		ownerDone:     make(chan struct{}),
-		completerDone: make(chan struct{}),
+		cfg:            cfg,
+		fs:             cfg.FS,
+		log:            cfg.Logger.With("journal", cfg.Dir),
+		q:              newQueue(cfg.QueueSize),
+		released:       make(chan *group, cfg.PipelineDepth+1),
+		groupsReady:    make(chan struct{}),
+		callbacks:      make(chan callbackBatch, cfg.PipelineDepth+2),
+		callbackSlices: make(chan []*Entry, cfg.PipelineDepth+3),
+		ownerDone:      make(chan struct{}),
+		completerDone:  make(chan struct{}),
 	}
 	groups := cfg.PipelineDepth + 1
 	slab, err := diskio.NewSlab(cfg.groupCapacity(), groups)
@@ -157,8 +163,12 @@ func Open(cfg Config) (*Journal, error) {
 	for i := range free {
 		free[i] = &group{bufIndex: i, buf: slab.Buffer(i)}
 	}
+	for range cap(j.callbackSlices) {
+		j.callbackSlices <- nil
+	}
 	go j.runOwner(first, free)
-	go j.runCompleter()
+	go j.runSequencer()
+	go j.runCallbacks()
 	return j, nil
 }
 
@@ -180,18 +190,17 @@ func (j *Journal) Append(e *Entry) error {
 	if err := j.Err(); err != nil {
 		return err
 	}
-	e.enqueuedNs = nanotime()
+	e.payloadCRC = payloadChecksum(e.Payload)
 	return j.q.push(e)
 }
 
 // AppendBatch queues several entries at once, in order. It is all or nothing.
 func (j *Journal) AppendBatch(es []*Entry) error {
-	now := nanotime()
 	for _, e := range es {
 		if len(e.Payload) > j.cfg.MaxRecordSize {
 			return fmt.Errorf("%w: %d bytes, limit %d", ErrRecordTooLarge, len(e.Payload), j.cfg.MaxRecordSize)
 		}
-		e.enqueuedNs = now
+		e.payloadCRC = payloadChecksum(e.Payload)
 	}
 	if err := j.Err(); err != nil {
 		return err

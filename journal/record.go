@@ -47,7 +47,7 @@ func (t RecordType) String() string {
 }
 
 // recordHeaderSize is the size of a record header. Wire format: do not change.
-const recordHeaderSize = 28
+const recordHeaderSize = 32
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -57,7 +57,8 @@ var (
 	errBadRecordType = errors.New("journal: bad record type")
 	errBadReserved   = errors.New("journal: reserved record bytes are not zero")
 	errRecordTooBig  = errors.New("journal: record length exceeds the maximum")
-	errRecordCRC     = errors.New("journal: record checksum mismatch")
+	errRecordCRC     = errors.New("journal: record header checksum mismatch")
+	errPayloadCRC    = errors.New("journal: record payload checksum mismatch")
 )
 
 // recordHeader is a decoded record header.
@@ -65,8 +66,9 @@ type recordHeader struct {
 	crc      uint32
 	length   uint32
 	typ      RecordType
-	ledgerID uint64
-	entryID  uint64
+	ledgerID   uint64
+	entryID    uint64
+	payloadCRC uint32
 }
 
 // fileSalt is the CRC32C of the file id: every record CRC of a file starts from it, so bytes
@@ -77,47 +79,48 @@ func fileSalt(fileID uint64) uint32 {
 	return crc32.Update(0, castagnoli, b[:])
 }
 
-// putRecordHeader writes a header for a record of the given type and payload length into
-// dst[:recordHeaderSize], leaving the CRC field zero.
-func putRecordHeader(dst []byte, typ RecordType, ledgerID, entryID uint64, length int) {
+// payloadChecksum is the CRC32C of a record payload. Producers compute it in Append, in
+// parallel, so that the writer goroutine only checksums the 28 header bytes.
+func payloadChecksum(p []byte) uint32 { return crc32.Checksum(p, castagnoli) }
+
+// putRecordHeader encodes and seals a record header at dst[:recordHeaderSize].
+func putRecordHeader(dst []byte, salt uint32, typ RecordType, ledgerID, entryID uint64, length int, payloadCRC uint32) {
 	_ = dst[recordHeaderSize-1]
-	binary.LittleEndian.PutUint32(dst[0:], 0)
 	binary.LittleEndian.PutUint32(dst[4:], uint32(length))
 	dst[8], dst[9], dst[10], dst[11] = byte(typ), 0, 0, 0
 	binary.LittleEndian.PutUint64(dst[12:], ledgerID)
 	binary.LittleEndian.PutUint64(dst[20:], entryID)
-}
-
-// sealRecord computes and stores the CRC of the record in rec (header and payload).
-func sealRecord(rec []byte, salt uint32) {
-	binary.LittleEndian.PutUint32(rec[0:], crc32.Update(salt, castagnoli, rec[4:]))
+	binary.LittleEndian.PutUint32(dst[28:], payloadCRC)
+	binary.LittleEndian.PutUint32(dst[0:], crc32.Update(salt, castagnoli, dst[4:recordHeaderSize]))
 }
 
 // appendRecord encodes a record at dst[0:] and returns its size. dst must have room.
-func appendRecord(dst []byte, salt uint32, typ RecordType, ledgerID, entryID uint64, payload []byte) int {
-	putRecordHeader(dst, typ, ledgerID, entryID, len(payload))
-	n := recordHeaderSize + copy(dst[recordHeaderSize:], payload)
-	sealRecord(dst[:n], salt)
-	return n
+func appendRecord(dst []byte, salt uint32, typ RecordType, ledgerID, entryID uint64, payload []byte, payloadCRC uint32) int {
+	putRecordHeader(dst, salt, typ, ledgerID, entryID, len(payload), payloadCRC)
+	return recordHeaderSize + copy(dst[recordHeaderSize:], payload)
 }
 
-// decodeRecordHeader parses the header at b without checking the CRC.
-func decodeRecordHeader(b []byte, maxPayload int) (recordHeader, error) {
+// decodeRecordHeader parses and verifies the header at b (not the payload).
+func decodeRecordHeader(b []byte, salt uint32, maxPayload int) (recordHeader, error) {
 	if len(b) < recordHeaderSize {
 		return recordHeader{}, errShortRecord
 	}
 	h := recordHeader{
-		crc:      binary.LittleEndian.Uint32(b[0:]),
-		length:   binary.LittleEndian.Uint32(b[4:]),
-		typ:      RecordType(b[8]),
-		ledgerID: binary.LittleEndian.Uint64(b[12:]),
-		entryID:  binary.LittleEndian.Uint64(b[20:]),
+		crc:        binary.LittleEndian.Uint32(b[0:]),
+		length:     binary.LittleEndian.Uint32(b[4:]),
+		typ:        RecordType(b[8]),
+		ledgerID:   binary.LittleEndian.Uint64(b[12:]),
+		entryID:    binary.LittleEndian.Uint64(b[20:]),
+		payloadCRC: binary.LittleEndian.Uint32(b[28:]),
 	}
 	if h.typ == recordInvalid || h.typ >= recordTypeLimit {
 		return h, errBadRecordType
 	}
 	if b[9]|b[10]|b[11] != 0 {
 		return h, errBadReserved
+	}
+	if crc32.Update(salt, castagnoli, b[4:recordHeaderSize]) != h.crc {
+		return h, errRecordCRC
 	}
 	if uint64(h.length) > uint64(maxPayload) {
 		return h, errRecordTooBig
@@ -128,7 +131,7 @@ func decodeRecordHeader(b []byte, maxPayload int) (recordHeader, error) {
 // decodeRecord parses and verifies the record at the start of b. It returns the header, the
 // payload (aliasing b) and the record's total size.
 func decodeRecord(b []byte, salt uint32, maxPayload int) (recordHeader, []byte, int, error) {
-	h, err := decodeRecordHeader(b, maxPayload)
+	h, err := decodeRecordHeader(b, salt, maxPayload)
 	if err != nil {
 		return h, nil, 0, err
 	}
@@ -136,8 +139,9 @@ func decodeRecord(b []byte, salt uint32, maxPayload int) (recordHeader, []byte, 
 	if len(b) < size {
 		return h, nil, 0, errShortRecord
 	}
-	if crc32.Update(salt, castagnoli, b[4:size]) != h.crc {
-		return h, nil, 0, errRecordCRC
+	payload := b[recordHeaderSize:size]
+	if payloadChecksum(payload) != h.payloadCRC {
+		return h, nil, 0, errPayloadCRC
 	}
-	return h, b[recordHeaderSize:size], size, nil
+	return h, payload, size, nil
 }

@@ -10,7 +10,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	salt := fileSalt(7)
 	buf := make([]byte, 256)
 	payload := []byte("stored entry bytes")
-	n := appendRecord(buf, salt, RecordData, 3, 1<<40, payload)
+	n := appendRecord(buf, salt, RecordData, 3, 1<<40, payload, payloadChecksum(payload))
 	if n != recordHeaderSize+len(payload) {
 		t.Fatalf("size %d", n)
 	}
@@ -22,7 +22,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		t.Fatalf("decoded %+v %q size %d", h, got, size)
 	}
 	// An entry id of -1 (as int64) survives the round trip.
-	n = appendRecord(buf, salt, RecordFence, 9, ^uint64(0), nil)
+	n = appendRecord(buf, salt, RecordFence, 9, ^uint64(0), nil, payloadChecksum(nil))
 	if h, _, _, err := decodeRecord(buf[:n], salt, 1024); err != nil || int64(h.entryID) != -1 {
 		t.Fatalf("fence: %+v %v", h, err)
 	}
@@ -31,7 +31,7 @@ func TestRecordRoundTrip(t *testing.T) {
 func TestRecordDecodeErrors(t *testing.T) {
 	salt := fileSalt(7)
 	valid := make([]byte, 64)
-	n := appendRecord(valid, salt, RecordData, 1, 2, []byte("0123456789"))
+	n := appendRecord(valid, salt, RecordData, 1, 2, []byte("0123456789"), payloadChecksum([]byte("0123456789")))
 	valid = valid[:n]
 	mutate := func(f func(b []byte)) []byte {
 		b := bytes.Clone(valid)
@@ -51,7 +51,8 @@ func TestRecordDecodeErrors(t *testing.T) {
 		{"unknown type", mutate(func(b []byte) { b[8] = byte(recordTypeLimit) }), salt, 1024, errBadRecordType},
 		{"reserved", mutate(func(b []byte) { b[10] = 1 }), salt, 1024, errBadReserved},
 		{"too big", valid, salt, 5, errRecordTooBig},
-		{"payload bit flip", mutate(func(b []byte) { b[n-1] ^= 1 }), salt, 1024, errRecordCRC},
+		{"payload bit flip", mutate(func(b []byte) { b[n-1] ^= 1 }), salt, 1024, errPayloadCRC},
+		{"payload crc bit flip", mutate(func(b []byte) { b[29] ^= 1 }), salt, 1024, errRecordCRC},
 		{"ledger bit flip", mutate(func(b []byte) { b[12] ^= 0x80 }), salt, 1024, errRecordCRC},
 		{"other file's salt", valid, fileSalt(8), 1024, errRecordCRC},
 		{"all zeros", make([]byte, 64), salt, 1024, errBadRecordType},
@@ -102,7 +103,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	salt := fileSalt(42)
 	for _, p := range [][]byte{nil, []byte("x"), bytes.Repeat([]byte{0xab}, 300)} {
 		b := make([]byte, recordHeaderSize+len(p))
-		appendRecord(b, salt, RecordData, 1, 2, p)
+		appendRecord(b, salt, RecordData, 1, 2, p, payloadChecksum(p))
 		f.Add(b)
 		f.Add(b[:len(b)/2])
 	}
@@ -113,7 +114,7 @@ func FuzzDecodeRecord(f *testing.F) {
 			return
 		}
 		re := make([]byte, size)
-		appendRecord(re, salt, h.typ, h.ledgerID, h.entryID, payload)
+		appendRecord(re, salt, h.typ, h.ledgerID, h.entryID, payload, h.payloadCRC)
 		if !bytes.Equal(re, b[:size]) {
 			t.Fatalf("accepted record does not re-encode identically")
 		}

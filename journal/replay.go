@@ -368,7 +368,7 @@ func (sc *scanner) bytesAt(off int64, n int) []byte {
 
 // recordAt decodes and verifies the record at off.
 func (sc *scanner) recordAt(off int64) (recordHeader, []byte, error) {
-	h, err := decodeRecordHeader(sc.bytesAt(off, recordHeaderSize), sc.maxPayload)
+	h, err := decodeRecordHeader(sc.bytesAt(off, recordHeaderSize), sc.salt, sc.maxPayload)
 	if err != nil {
 		return h, nil, err
 	}

@@ -19,6 +19,9 @@ type owner struct {
 	next     int // index of the next unconsumed entry in batch
 	timer    *time.Timer
 	lastSync int64
+	// batchNs is when batch was taken: a group's wait counts from when its first record was
+	// taken from the queue (one clock read per batch, not per record).
+	batchNs int64
 }
 
 // runOwner is the writer goroutine: it drains the queue into groups and submits each group as
@@ -53,6 +56,7 @@ func (o *owner) step() bool {
 	}
 	if o.next == len(o.batch) {
 		o.batch, o.next = j.q.take(), 0
+		o.batchNs = nanotime()
 		j.stats.QueueDepth.Store(int64(len(o.batch)))
 	}
 	o.fill()
@@ -105,9 +109,9 @@ func (o *owner) fill() {
 			return
 		}
 		if len(g.entries) == 0 {
-			g.firstNs = e.enqueuedNs
+			g.firstNs = o.batchNs
 		}
-		g.used += appendRecord(g.buf[g.used:], salt, e.Type, uint64(e.LedgerID), uint64(e.EntryID), e.Payload)
+		g.used += appendRecord(g.buf[g.used:], salt, e.Type, uint64(e.LedgerID), uint64(e.EntryID), e.Payload, e.payloadCRC)
 		g.entries = append(g.entries, e)
 		o.batch[o.next] = nil
 		o.next++
@@ -149,7 +153,7 @@ func (o *owner) roll() bool {
 	g := o.free[len(o.free)-1]
 	o.free = o.free[:len(o.free)-1]
 	g.used, g.entries = 0, g.entries[:0]
-	g.used += appendRecord(g.buf, o.file.salt, recordFileEnd, next.id, 0, nil)
+	g.used += appendRecord(g.buf, o.file.salt, recordFileEnd, next.id, 0, nil, payloadChecksum(nil))
 	g.fileEnd = true
 	if o.commit(g, true) {
 		o.awaitRelease()
@@ -179,9 +183,9 @@ func (o *owner) commit(g *group, forceSync bool) bool {
 	g.synced = forceSync || j.cfg.SyncData || now-o.lastSync >= int64(j.cfg.PageCacheFlushInterval)
 	end := int(diskio.AlignUp(int64(g.used+recordHeaderSize), j.cfg.Alignment))
 	trailer := g.buf[g.used:end]
-	putRecordHeader(trailer, recordPadding, uint64(claim), g.seq, len(trailer)-recordHeaderSize)
-	clear(trailer[recordHeaderSize:])
-	sealRecord(trailer, o.file.salt)
+	pad := trailer[recordHeaderSize:]
+	clear(pad)
+	putRecordHeader(trailer, o.file.salt, recordPadding, uint64(claim), g.seq, len(pad), payloadChecksum(pad))
 	g.file, g.start, g.end, g.submitNs = o.file, o.offset, o.offset+int64(end), now
 	err := j.ws.Submit(diskio.WriteRequest{
 		File: o.file.f, Buf: g.buf[:end], BufIndex: g.bufIndex, Offset: g.start, Sync: g.synced,
@@ -192,9 +196,7 @@ func (o *owner) commit(g *group, forceSync bool) bool {
 		for o.inFlight > 0 {
 			o.awaitRelease()
 		}
-		for _, e := range g.entries {
-			e.Done(e, err)
-		}
+		g.entries = j.deliver(g.entries, err)
 		o.inFlight++ // recycle counts it back
 		o.recycle(g)
 		return false
@@ -234,27 +236,27 @@ func (o *owner) drainFailed(err error) {
 	}
 }
 
-// failPending fails the current group's records and the rest of the batch.
+// failPending fails the current group's records and the rest of the batch, through the
+// callback goroutine so that the order holds.
 func (o *owner) failPending(err error) {
+	j := o.j
 	if g := o.cur; g != nil {
-		for _, e := range g.entries {
-			e.Done(e, err)
-		}
-		clear(g.entries)
-		g.entries = g.entries[:0]
+		g.entries = j.deliver(g.entries, err)
 		g.used = 0
 	}
-	for ; o.next < len(o.batch); o.next++ {
-		e := o.batch[o.next]
-		o.batch[o.next] = nil
-		e.Done(e, err)
+	if o.next < len(o.batch) {
+		rest := append(<-j.callbackSlices, o.batch[o.next:]...)
+		clear(o.batch[o.next:])
+		o.next = len(o.batch)
+		j.callbackSlices <- j.deliver(rest, err)
 	}
 }
 
-// runCompleter receives completions, puts them in submission order and finishes each group:
-// it advances the mark for synced groups and calls the records' Done in order.
-func (j *Journal) runCompleter() {
-	defer close(j.completerDone)
+// runSequencer receives completions, puts them in submission order and finishes each group:
+// it advances the mark for synced groups, queues the records' callbacks and hands the buffer
+// back to the writer at once, so that running callbacks never delays the next write.
+func (j *Journal) runSequencer() {
+	defer close(j.callbacks)
 	<-j.groupsReady
 	// At most PipelineDepth groups are in flight and their sequence numbers are consecutive,
 	// so seq modulo len(ready) never collides.
@@ -294,10 +296,38 @@ func (j *Journal) finish(g *group) {
 		j.stats.Entries.Add(uint64(len(g.entries)))
 		j.stats.Bytes.Add(uint64(g.end - g.start))
 	}
-	for _, e := range g.entries {
-		e.Done(e, err)
-	}
+	// Callbacks are queued before the group is released: the writer fails records only after
+	// every group was released, so its callbacks always come after these.
+	g.entries = j.deliver(g.entries, err)
 	j.released <- g
+}
+
+// callbackBatch is a group's records, to be called back with err.
+type callbackBatch struct {
+	entries []*Entry
+	err     error
+}
+
+// deliver queues entries for the callback goroutine and returns an empty slice to use instead.
+func (j *Journal) deliver(entries []*Entry, err error) []*Entry {
+	if len(entries) == 0 {
+		return entries
+	}
+	spare := <-j.callbackSlices
+	j.callbacks <- callbackBatch{entries: entries, err: err}
+	return spare[:0]
+}
+
+// runCallbacks calls Done for each record, in journal order.
+func (j *Journal) runCallbacks() {
+	defer close(j.completerDone)
+	for b := range j.callbacks {
+		for i, e := range b.entries {
+			e.Done(e, b.err)
+			b.entries[i] = nil
+		}
+		j.callbackSlices <- b.entries[:0]
+	}
 }
 
 // advanceMark moves the in-memory LastLogMark forward (never backwards).
