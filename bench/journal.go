@@ -115,12 +115,9 @@ func RunJournal(ctx context.Context, o JournalOptions) (*Result, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	var journals []*journal.Journal
+	var cfgs []journal.Config
 	var workDirs []string
 	defer func() {
-		for _, j := range journals {
-			j.Close()
-		}
 		for _, d := range workDirs {
 			os.RemoveAll(d)
 		}
@@ -146,12 +143,14 @@ func RunJournal(ctx context.Context, o JournalOptions) (*Result, error) {
 		cfg.MaxBackups = o.MaxBackups
 		cfg.MaxRecycled = o.MaxRecycled
 		cfg.MaxRecordSize = max(o.EntrySize, 1)
-		j, err := journal.Open(cfg)
-		if err != nil {
-			return nil, err
-		}
-		journals = append(journals, j)
+		cfgs = append(cfgs, cfg)
 	}
+	set, err := journal.OpenSet(cfgs)
+	if err != nil {
+		return nil, err
+	}
+	defer set.Close()
+	journals := set.Journals()
 	// The mark and GC keep disk use bounded during long runs, as a bookie's checkpoints do.
 	stopGC := make(chan struct{})
 	var gcDone sync.WaitGroup
@@ -175,7 +174,7 @@ func RunJournal(ctx context.Context, o JournalOptions) (*Result, error) {
 			aw.free <- be
 		}
 		writers[w] = aw
-		wg.Go(func() { runAppendWriter(runCtx, o, w, aw, journals) })
+		wg.Go(func() { runAppendWriter(runCtx, o, w, aw, set) })
 	}
 	if o.Warmup > 0 {
 		select {
@@ -208,7 +207,7 @@ func RunJournal(ctx context.Context, o JournalOptions) (*Result, error) {
 	return res, nil
 }
 
-func runAppendWriter(ctx context.Context, o JournalOptions, index int, aw *appendWriter, journals []*journal.Journal) {
+func runAppendWriter(ctx context.Context, o JournalOptions, index int, aw *appendWriter, set *journal.Set) {
 	var interval int64
 	if o.Rate > 0 {
 		interval = int64(float64(time.Second) * float64(o.Writers) / o.Rate)
@@ -253,7 +252,7 @@ func runAppendWriter(ctx context.Context, o JournalOptions, index int, aw *appen
 		if ledger >= int64(o.Ledgers) {
 			ledger = int64(index % o.Ledgers)
 		}
-		if err := journals[int(be.LedgerID)%len(journals)].Append(&be.Entry); err != nil {
+		if err := set.For(be.LedgerID).Append(&be.Entry); err != nil {
 			aw.rec.Error()
 			aw.free <- be
 			return

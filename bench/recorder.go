@@ -46,6 +46,8 @@ type Result struct {
 	Baseline *Result `json:"baseline,omitempty"`
 	// PhysLimit is the disk's limit measured in the same run (physlimit's JSON).
 	PhysLimit map[string]PhysLimitJob `json:"physlimit,omitempty"`
+	// Ratios compare the result with PhysLimit.
+	Ratios []Ratio `json:"ratios,omitempty"`
 	// Timeline has one sample per second.
 	Timeline []Sample `json:"timeline,omitempty"`
 	// Extra holds workload-specific figures (group sizes, sync latency, ...).
@@ -194,6 +196,14 @@ func Summary(w io.Writer, res *Result) {
 		res.Workload, res.Ops, res.DurationS, res.OpsPerSec, res.MBPerSec, res.Errors)
 	l := res.LatencyUs
 	fmt.Fprintf(w, "latency us: p50 %.1f  p90 %.1f  p99 %.1f  p99.9 %.1f  max %.1f\n", l.P50, l.P90, l.P99, l.P999, l.Max)
+	for _, r := range res.Ratios {
+		fmt.Fprintf(w, "disk limit: %s: %.1f / %.1f = %.2f\n", r.Name, r.Value, r.Limit, r.Ratio)
+	}
+	if res.Baseline != nil {
+		b := res.Baseline
+		fmt.Fprintf(w, "baseline %s: %.0f ops/s, %.1f MB/s, p50 %.1f us, p99 %.1f us; ratio ours/baseline: throughput %.2f, p99 %.2f\n",
+			b.Workload, b.OpsPerSec, b.MBPerSec, b.LatencyUs.P50, b.LatencyUs.P99, res.OpsPerSec/b.OpsPerSec, res.LatencyUs.P99/b.LatencyUs.P99)
+	}
 	if len(res.Extra) > 0 {
 		keys := slices.Sorted(maps.Keys(res.Extra))
 		for _, k := range keys {

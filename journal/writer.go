@@ -187,8 +187,17 @@ func (o *owner) commit(g *group, forceSync bool) bool {
 	clear(pad)
 	putRecordHeader(trailer, o.file.salt, recordPadding, uint64(claim), g.seq, len(pad), payloadChecksum(pad))
 	g.file, g.start, g.end, g.submitNs = o.file, o.offset, o.offset+int64(end), now
+	// With every group synced, each group only needs its own write durable (RWF_DSYNC); a group
+	// that follows unsynced ones (journalSyncData=false) or ends a file needs a full fdatasync.
+	sync := diskio.SyncNone
+	switch {
+	case g.synced && (forceSync || !j.cfg.SyncData):
+		sync = diskio.SyncFile
+	case g.synced:
+		sync = diskio.SyncWrite
+	}
 	err := j.ws.Submit(diskio.WriteRequest{
-		File: o.file.f, Buf: g.buf[:end], BufIndex: g.bufIndex, Offset: g.start, Sync: g.synced,
+		File: o.file.f, Buf: g.buf[:end], BufIndex: g.bufIndex, Offset: g.start, Sync: sync,
 		ID: uint64(g.bufIndex),
 	})
 	if err != nil {

@@ -1,13 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/ringkeeper/ringkeeper/bench"
 	"github.com/ringkeeper/ringkeeper/internal/diskio"
@@ -23,8 +23,21 @@ func benchCommand() *cobra.Command {
 	return cmd
 }
 
-// output prints progress to stdout, or to stderr when --json keeps stdout for the result.
-type output struct{ json bool }
+// output holds the flags every workload shares: where progress and the result go, and the
+// disk-limit measurement.
+type output struct {
+	json             bool
+	physlimit        bool
+	physlimitSeconds int
+	physlimitJobs    []string
+}
+
+func (o *output) register(f *pflag.FlagSet) {
+	f.BoolVar(&o.json, "json", false, "print one JSON result object on stdout (progress goes to stderr)")
+	f.BoolVar(&o.physlimit, "physlimit", false, "measure the disk's limit with ../shared/tools/physlimit (fio) on the data dir first and quote ratios")
+	f.IntVar(&o.physlimitSeconds, "physlimit-seconds", 5, "seconds per physlimit job")
+	f.StringSliceVar(&o.physlimitJobs, "physlimit-jobs", nil, "physlimit jobs to run (default: all)")
+}
 
 func (o *output) progress() io.Writer {
 	if o.json {
@@ -33,10 +46,21 @@ func (o *output) progress() io.Writer {
 	return os.Stdout
 }
 
-func (o *output) result(res *bench.Result) error {
+// measure runs the disk-limit measurement on dir when --physlimit is set.
+func (o *output) measure(ctx context.Context, dir string) (map[string]bench.PhysLimitJob, error) {
+	if !o.physlimit {
+		return nil, nil
+	}
+	return bench.RunPhysLimit(ctx, bench.PhysLimitOptions{Dir: dir, Seconds: o.physlimitSeconds, Jobs: o.physlimitJobs}, o.progress())
+}
+
+func (o *output) result(res *bench.Result, phys map[string]bench.PhysLimitJob) error {
+	if phys != nil {
+		res.PhysLimit = phys
+		res.Ratios = bench.PhysRatios(res)
+	}
 	if o.json {
-		enc := json.NewEncoder(os.Stdout)
-		return enc.Encode(res)
+		return json.NewEncoder(os.Stdout).Encode(res)
 	}
 	bench.Summary(os.Stdout, res)
 	return nil
@@ -63,11 +87,15 @@ MB means 10^6 bytes of entry payload.`,
 			}
 			o.MaxFileSize = maxFileMB << 20
 			o.Progress = out.progress()
+			phys, err := out.measure(cmd.Context(), o.Dirs[0])
+			if err != nil {
+				return err
+			}
 			res, err := bench.RunJournal(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
-			return out.result(res)
+			return out.result(res, phys)
 		},
 	}
 	f := cmd.Flags()
@@ -89,9 +117,6 @@ MB means 10^6 bytes of entry payload.`,
 	f.Int64Var(&maxFileMB, "max-file-mb", o.MaxFileSize>>20, "journalMaxSizeMB")
 	f.IntVar(&o.MaxBackups, "max-backups", o.MaxBackups, "journalMaxBackups: old files kept behind the mark")
 	f.IntVar(&o.MaxRecycled, "max-recycled", o.MaxRecycled, "old files kept for reuse")
-	f.BoolVar(&out.json, "json", false, "print one JSON result object on stdout (progress goes to stderr)")
-	_ = time.Second
+	out.register(f)
 	return cmd
 }
-
-var _ = fmt.Sprint

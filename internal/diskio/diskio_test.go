@@ -205,7 +205,7 @@ func TestOSDirectRoundTripAndWriteSyncer(t *testing.T) {
 			}
 			// buffers alternate, and at most 2 are outstanding, so a buffer is reused only
 			// after its completion.
-			if err := ws.Submit(WriteRequest{File: f, Buf: buf, BufIndex: i % 2, Offset: int64(i * len(buf)), Sync: true, ID: uint64(i)}); err != nil {
+			if err := ws.Submit(WriteRequest{File: f, Buf: buf, BufIndex: i % 2, Offset: int64(i * len(buf)), Sync: SyncMode(1 + i%2), ID: uint64(i)}); err != nil {
 				t.Fatal(err)
 			}
 			outstanding++

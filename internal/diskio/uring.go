@@ -32,7 +32,7 @@ func EngineFor(fs FS, engine Engine) Engine {
 
 // uringWriteSyncer serves requests with one ring owned by one goroutine (locked to its OS
 // thread, so the ring can use SINGLE_ISSUER|DEFER_TASKRUN). Each request is a write (write_fixed
-// for registered buffers) linked to an fdatasync. The goroutine sleeps in the kernel waiting for
+// for registered buffers): with RWF_DSYNC for SyncWrite, linked to an fdatasync for SyncFile. The goroutine sleeps in the kernel waiting for
 // completions; new requests wake it through a doorbell: a read on an eventfd that is always
 // pending in the ring and that Submit makes readable.
 type uringWriteSyncer struct {
@@ -239,7 +239,10 @@ func (w *uringWriteSyncer) run(registered [][]byte, started chan<- error) {
 					sqe.PrepWrite(fd, req.Buf, req.Offset)
 				}
 				sqe.SetUserData(uint64(i * 2))
-				if req.Sync {
+				if req.Sync == SyncWrite {
+					sqe.SetOpFlags(unix.RWF_DSYNC)
+				}
+				if req.Sync == SyncFile {
 					sqe.SetFlags(iouring.SQEIOLink)
 					sync := ring.GetSQE()
 					sync.PrepFsync(fd, true)

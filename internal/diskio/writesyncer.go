@@ -5,8 +5,20 @@ import (
 	"fmt"
 )
 
-// WriteRequest is one durable write: Buf written at Offset of File, then, if Sync, an fdatasync
-// that covers it.
+// SyncMode says what a WriteRequest makes durable.
+type SyncMode uint8
+
+const (
+	// SyncNone only writes: the data may still sit in the device's volatile cache.
+	SyncNone SyncMode = iota
+	// SyncWrite makes this write durable (RWF_DSYNC: a FUA write where the device supports it,
+	// with the metadata needed to read it back). Earlier unsynced writes are not covered.
+	SyncWrite
+	// SyncFile writes, then fdatasyncs the file: everything written to it before is durable too.
+	SyncFile
+)
+
+// WriteRequest is one write of Buf at Offset of File, made durable as Sync says.
 type WriteRequest struct {
 	File File
 	// Buf must stay untouched until the request's Completion arrives. For direct files it must be
@@ -15,7 +27,7 @@ type WriteRequest struct {
 	// BufIndex is Buf's index among the buffers registered with the WriteSyncer, or -1.
 	BufIndex int
 	Offset   int64
-	Sync     bool
+	Sync     SyncMode
 	// ID is returned in the Completion.
 	ID uint64
 }
@@ -109,13 +121,13 @@ func (w *psyncWriteSyncer) work() {
 func writeSync(req WriteRequest) error {
 	if dsync, ok := req.File.(interface {
 		WriteAtDataSync(p []byte, off int64) error
-	}); ok && req.Sync {
+	}); ok && req.Sync == SyncWrite {
 		return dsync.WriteAtDataSync(req.Buf, req.Offset)
 	}
 	if _, err := req.File.WriteAt(req.Buf, req.Offset); err != nil {
 		return err
 	}
-	if req.Sync {
+	if req.Sync != SyncNone {
 		return req.File.SyncData()
 	}
 	return nil

@@ -1,0 +1,57 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+)
+
+// checkResult asserts the shared JSON shape of a result: it must marshal with every field the
+// tools read, and the run must have done work without errors. It never asserts on speed.
+func checkResult(t *testing.T, res *Result, workload string) {
+	t.Helper()
+	if res.Workload != workload || res.Ops <= 0 || res.DurationS <= 0 || res.Errors != 0 {
+		t.Fatalf("result %+v", res)
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"workload", "ops", "bytes", "duration_s", "ops_per_sec", "mb_per_sec", "latency_us", "errors", "config"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("JSON result lacks %q: %s", k, b)
+		}
+	}
+	lat, _ := m["latency_us"].(map[string]any)
+	for _, k := range []string{"p50", "p90", "p99", "p999", "max"} {
+		if v, ok := lat[k].(float64); !ok || v <= 0 {
+			t.Errorf("latency_us.%s = %v", k, lat[k])
+		}
+	}
+}
+
+func TestJournalWorkload(t *testing.T) {
+	o := DefaultJournalOptions()
+	o.Dirs = []string{t.TempDir(), t.TempDir()}
+	o.Writers, o.Outstanding, o.Ledgers = 4, 8, 8
+	o.Duration = time.Second
+	o.MaxFileSize = 64 << 20
+	res, err := RunJournal(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, res, "journal")
+	// Open loop at a modest rate.
+	o.Rate = 2000
+	o.Duration = 500 * time.Millisecond
+	res, err = RunJournal(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, res, "journal")
+}
