@@ -63,9 +63,9 @@ var (
 
 // recordHeader is a decoded record header.
 type recordHeader struct {
-	crc      uint32
-	length   uint32
-	typ      RecordType
+	crc        uint32
+	length     uint32
+	typ        RecordType
 	ledgerID   uint64
 	entryID    uint64
 	payloadCRC uint32
