@@ -1,0 +1,337 @@
+package index
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+)
+
+var (
+	// ErrNotFound: no such location or ledger.
+	ErrNotFound = errors.New("index: not found")
+	// ErrCorrupt is wrapped by every error about a stored key or value that does not decode,
+	// and by pebble's own corruption errors.
+	ErrCorrupt = errors.New("index: corrupt")
+	// ErrClosed: the index was closed.
+	ErrClosed = errors.New("index: closed")
+	// ErrBadID: a ledger or entry id is negative.
+	ErrBadID = errors.New("index: negative ledger or entry id")
+	// ErrTooLarge: a master key or explicit LAC is longer than the encoding allows.
+	ErrTooLarge = errors.New("index: value too large")
+	// ErrVersion: the store was written by a newer format version.
+	ErrVersion = errors.New("index: unsupported format version")
+)
+
+// Index is the entry-location and ledger-state index of one ledger directory, stored in one
+// pebble database. All methods are safe for concurrent use; a Batch is not.
+type Index struct {
+	db  *pebble.DB
+	cfg Config
+	// users counts the calls in progress; closed makes new calls fail with ErrClosed. Close
+	// sets closed, then waits for users to drain before closing pebble, so that no call ever
+	// reaches a closed pebble (which panics).
+	users  atomic.Int64
+	closed atomic.Bool
+}
+
+// Open opens (creating it if needed) the index in cfg.Dir.
+func Open(cfg Config) (*Index, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cache := pebble.NewCache(cfg.BlockCacheSize)
+	defer cache.Unref()
+	opts := &pebble.Options{
+		FS:                 cfg.FS,
+		Cache:              cache,
+		FormatMajorVersion: pebble.FormatNewest,
+		Logger:             pebbleLogger{cfg.Logger},
+		MemTableSize:       cfg.MemTableSize,
+		// BookKeeper: L1 256 MiB (RocksDB max_bytes_for_level_base).
+		LBaseMaxBytes: 256 << 20,
+	}
+	for i := range opts.Levels {
+		l := &opts.Levels[i]
+		l.BlockSize = cfg.BlockSize
+		l.IndexBlockSize = 256 << 10
+		if cfg.BloomBitsPerKey > 0 {
+			l.FilterPolicy = bloom.FilterPolicy(cfg.BloomBitsPerKey)
+		}
+	}
+	db, err := pebble.Open(cfg.Dir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("index: open %s: %w", cfg.Dir, wrapPebble(err))
+	}
+	ix := &Index{db: db, cfg: cfg}
+	if err := ix.checkFormat(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("index: open %s: %w", cfg.Dir, err)
+	}
+	return ix, nil
+}
+
+// checkFormat verifies the format record, writing it (synced) into a new, empty store.
+func (ix *Index) checkFormat() error {
+	v, closer, err := ix.db.Get(formatKey)
+	if errors.Is(err, pebble.ErrNotFound) {
+		it, err := ix.db.NewIter(nil)
+		if err != nil {
+			return wrapPebble(err)
+		}
+		nonEmpty := it.First()
+		if err := errors.Join(it.Error(), it.Close()); err != nil {
+			return wrapPebble(err)
+		}
+		if nonEmpty {
+			return fmt.Errorf("%w: the store holds keys but no format record", ErrCorrupt)
+		}
+		rec := binary.BigEndian.AppendUint32([]byte(formatMagic), formatVersion)
+		return wrapPebble(ix.db.Set(formatKey, rec, pebble.Sync))
+	}
+	if err != nil {
+		return wrapPebble(err)
+	}
+	defer closer.Close()
+	if len(v) != formatLen || !bytes.Equal(v[:len(formatMagic)], []byte(formatMagic)) {
+		return fmt.Errorf("%w: bad format record %x", ErrCorrupt, v)
+	}
+	if ver := binary.BigEndian.Uint32(v[len(formatMagic):]); ver != formatVersion {
+		return fmt.Errorf("%w: store has version %d, this build reads %d", ErrVersion, ver, formatVersion)
+	}
+	return nil
+}
+
+// Close closes the index. It waits for the calls in progress (so it must not be called from
+// a callback of Ledgers or Entries); later calls fail with ErrClosed. Unsynced batches may be
+// lost only on a crash: Close itself flushes nothing away.
+func (ix *Index) Close() error {
+	if ix.closed.Swap(true) {
+		return ErrClosed
+	}
+	for ix.users.Load() != 0 {
+		time.Sleep(50 * time.Microsecond)
+	}
+	if err := ix.db.Close(); err != nil {
+		return fmt.Errorf("index: close %s: %w", ix.cfg.Dir, wrapPebble(err))
+	}
+	return nil
+}
+
+// enter registers a call; it returns false once Close has begun. Every true must be paired
+// with exit.
+func (ix *Index) enter() bool {
+	ix.users.Add(1)
+	if ix.closed.Load() {
+		ix.users.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (ix *Index) exit() { ix.users.Add(-1) }
+
+// scratch holds the key buffers of one look-up; pooled so that a look-up does not allocate
+// them (an iterator keeps its bounds, so they cannot live on the stack).
+type scratch struct {
+	key    [locationKeyLen]byte
+	bounds [2 * locationKeyLen]byte
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// Location returns the location of (ledgerID, entryID), or an error wrapping ErrNotFound.
+func (ix *Index) Location(ledgerID, entryID int64) (uint64, error) {
+	if ledgerID < 0 || entryID < 0 {
+		return 0, fmt.Errorf("%w: ledger %d entry %d", ErrBadID, ledgerID, entryID)
+	}
+	if !ix.enter() {
+		return 0, ErrClosed
+	}
+	defer ix.exit()
+	s := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(s)
+	putLocationKey(s.key[:], ledgerID, entryID)
+	v, closer, err := ix.db.Get(s.key[:])
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, ErrNotFound
+	}
+	if err != nil {
+		return 0, fmt.Errorf("index: location of ledger %d entry %d: %w", ledgerID, entryID, wrapPebble(err))
+	}
+	loc, err := decodeLocation(v, ledgerID, entryID)
+	closer.Close()
+	return loc, err
+}
+
+// LastEntry returns the highest entry id of ledgerID that has a location, and that location;
+// ErrNotFound if the ledger has none. The look-up is bounded to the ledger's own key range,
+// so range tombstones of other (deleted) ledgers are never scanned.
+func (ix *Index) LastEntry(ledgerID int64) (entryID int64, loc uint64, err error) {
+	if ledgerID < 0 {
+		return 0, 0, fmt.Errorf("%w: ledger %d", ErrBadID, ledgerID)
+	}
+	if !ix.enter() {
+		return 0, 0, ErrClosed
+	}
+	defer ix.exit()
+	s := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(s)
+	lower, upper := putLedgerBounds(s.bounds[:], ledgerID, 0)
+	it, err := ix.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return 0, 0, fmt.Errorf("index: last entry of ledger %d: %w", ledgerID, wrapPebble(err))
+	}
+	found := it.Last()
+	if found {
+		var l int64
+		l, entryID, err = decodeLocationKey(it.Key())
+		if err == nil && l != ledgerID {
+			err = fmt.Errorf("%w: key %x outside the bounds of ledger %d", ErrCorrupt, it.Key(), ledgerID)
+		}
+		if err == nil {
+			var v []byte
+			if v, err = it.ValueAndErr(); err == nil {
+				loc, err = decodeLocation(v, ledgerID, entryID)
+			} else {
+				err = wrapPebble(err)
+			}
+		}
+	}
+	if ierr := errors.Join(it.Error(), it.Close()); ierr != nil && err == nil {
+		err = fmt.Errorf("index: last entry of ledger %d: %w", ledgerID, wrapPebble(ierr))
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	if !found {
+		return 0, 0, ErrNotFound
+	}
+	return entryID, loc, nil
+}
+
+// Entries calls fn for the locations of ledgerID with entry id ≥ fromEntry, in entry order,
+// until fn returns false. fn must not call Close.
+func (ix *Index) Entries(ledgerID, fromEntry int64, fn func(entryID int64, loc uint64) bool) error {
+	if ledgerID < 0 || fromEntry < 0 {
+		return fmt.Errorf("%w: ledger %d from entry %d", ErrBadID, ledgerID, fromEntry)
+	}
+	if !ix.enter() {
+		return ErrClosed
+	}
+	defer ix.exit()
+	s := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(s)
+	lower, upper := putLedgerBounds(s.bounds[:], ledgerID, fromEntry)
+	it, err := ix.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("index: entries of ledger %d: %w", ledgerID, wrapPebble(err))
+	}
+	for ok := it.First(); ok && err == nil; ok = it.Next() {
+		var l, e int64
+		var v []byte
+		var loc uint64
+		if l, e, err = decodeLocationKey(it.Key()); err != nil {
+			break
+		}
+		if l != ledgerID {
+			err = fmt.Errorf("%w: key %x outside the bounds of ledger %d", ErrCorrupt, it.Key(), ledgerID)
+			break
+		}
+		if v, err = it.ValueAndErr(); err != nil {
+			err = wrapPebble(err)
+			break
+		}
+		if loc, err = decodeLocation(v, l, e); err != nil {
+			break
+		}
+		if !fn(e, loc) {
+			break
+		}
+	}
+	if ierr := errors.Join(it.Error(), it.Close()); ierr != nil && err == nil {
+		err = fmt.Errorf("index: entries of ledger %d: %w", ledgerID, wrapPebble(ierr))
+	}
+	return err
+}
+
+// Ledger returns the state of ledgerID, or an error wrapping ErrNotFound. The returned
+// slices are the caller's.
+func (ix *Index) Ledger(ledgerID int64) (LedgerState, error) {
+	if ledgerID < 0 {
+		return LedgerState{}, fmt.Errorf("%w: ledger %d", ErrBadID, ledgerID)
+	}
+	if !ix.enter() {
+		return LedgerState{}, ErrClosed
+	}
+	defer ix.exit()
+	var k [ledgerKeyLen]byte
+	putLedgerKey(k[:], ledgerID)
+	v, closer, err := ix.db.Get(k[:])
+	if errors.Is(err, pebble.ErrNotFound) {
+		return LedgerState{}, ErrNotFound
+	}
+	if err != nil {
+		return LedgerState{}, fmt.Errorf("index: ledger %d: %w", ledgerID, wrapPebble(err))
+	}
+	st, err := decodeLedgerState(v)
+	closer.Close()
+	if err != nil {
+		return LedgerState{}, fmt.Errorf("index: ledger %d: %w", ledgerID, err)
+	}
+	return st, nil
+}
+
+// Ledgers calls fn for every ledger with a stored state, in id order, until fn returns false.
+// A value that does not decode stops the iteration with an error wrapping ErrCorrupt. fn
+// must not call Close.
+func (ix *Index) Ledgers(fn func(ledgerID int64, st LedgerState) bool) error {
+	if !ix.enter() {
+		return ErrClosed
+	}
+	defer ix.exit()
+	it, err := ix.db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte{prefixLedger},
+		UpperBound: []byte{prefixLedger + 1},
+	})
+	if err != nil {
+		return fmt.Errorf("index: ledgers: %w", wrapPebble(err))
+	}
+	for ok := it.First(); ok && err == nil; ok = it.Next() {
+		var id int64
+		var v []byte
+		var st LedgerState
+		if id, err = decodeLedgerKey(it.Key()); err != nil {
+			break
+		}
+		if v, err = it.ValueAndErr(); err != nil {
+			err = wrapPebble(err)
+			break
+		}
+		if st, err = decodeLedgerState(v); err != nil {
+			err = fmt.Errorf("index: ledger %d: %w", id, err)
+			break
+		}
+		if !fn(id, st) {
+			break
+		}
+	}
+	if ierr := errors.Join(it.Error(), it.Close()); ierr != nil && err == nil {
+		err = fmt.Errorf("index: ledgers: %w", wrapPebble(ierr))
+	}
+	return err
+}
+
+// wrapPebble marks pebble's corruption errors with ErrCorrupt, keeping the original.
+func wrapPebble(err error) error {
+	if err != nil && pebble.IsCorruptionError(err) && !errors.Is(err, ErrCorrupt) {
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return err
+}

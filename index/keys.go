@@ -1,0 +1,208 @@
+package index
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// Keyspace prefixes: the first byte of every key. Wire format: do not change.
+const (
+	prefixMeta     byte = 0x00
+	prefixLedger   byte = 0x01
+	prefixLocation byte = 0x02
+)
+
+// Key and value sizes. Wire format: do not change.
+const (
+	ledgerKeyLen   = 1 + 8     // prefix ‖ BE(ledgerId)
+	locationKeyLen = 1 + 8 + 8 // prefix ‖ BE(ledgerId) ‖ BE(entryId)
+	locationLen    = 8         // BE(location)
+)
+
+// The format record: key formatKey, value formatMagic ‖ BE uint32 version.
+// Wire format: do not change; formatVersion only moves forward.
+const (
+	formatMagic   = "RKIX"
+	formatVersion = 1
+	formatLen     = len(formatMagic) + 4
+)
+
+var formatKey = []byte{prefixMeta, 'f', 'o', 'r', 'm', 'a', 't'}
+
+// The ledger state value, version 1. Wire format: do not change.
+const (
+	ledgerStateV1 byte = 1
+
+	flagExists   byte = 1 << 0
+	flagFenced   byte = 1 << 1
+	flagLimbo    byte = 1 << 2
+	flagDeleted  byte = 1 << 3
+	flagHasLAC   byte = 1 << 4
+	flagsKnownV1      = flagExists | flagFenced | flagLimbo | flagDeleted | flagHasLAC
+
+	ledgerStateHeaderLen = 1 + 1 + 2 // version, flags, BE uint16 master key length
+	maxMasterKeyLen      = math.MaxUint16
+	maxExplicitLACLen    = 1 << 20 // far above a LAC packet; guards the decoder's allocations
+)
+
+// putLocationKey encodes (ledgerID, entryID) into k, which must be locationKeyLen long.
+// Ids are non-negative, so their big-endian bytes sort like the numbers.
+func putLocationKey(k []byte, ledgerID, entryID int64) {
+	_ = k[locationKeyLen-1]
+	k[0] = prefixLocation
+	binary.BigEndian.PutUint64(k[1:9], uint64(ledgerID))
+	binary.BigEndian.PutUint64(k[9:17], uint64(entryID))
+}
+
+// putLedgerBounds encodes into b (2*locationKeyLen long) the key range of ledgerID's
+// locations, [(ledgerID, 0), (ledgerID+1, 0)), and returns the two bounds.
+func putLedgerBounds(b []byte, ledgerID, fromEntry int64) (lower, upper []byte) {
+	lower, upper = b[:locationKeyLen:locationKeyLen], b[locationKeyLen:2*locationKeyLen]
+	putLocationKey(lower, ledgerID, fromEntry)
+	// ledgerID ≤ MaxInt64, so ledgerID+1 as a uint64 never wraps.
+	upper[0] = prefixLocation
+	binary.BigEndian.PutUint64(upper[1:9], uint64(ledgerID)+1)
+	binary.BigEndian.PutUint64(upper[9:17], 0)
+	return lower, upper
+}
+
+// decodeLocationKey returns the ids in a location key.
+func decodeLocationKey(k []byte) (ledgerID, entryID int64, err error) {
+	if len(k) != locationKeyLen || k[0] != prefixLocation {
+		return 0, 0, fmt.Errorf("%w: location key %x", ErrCorrupt, k)
+	}
+	l, e := binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint64(k[9:17])
+	if l > math.MaxInt64 || e > math.MaxInt64 {
+		return 0, 0, fmt.Errorf("%w: location key %x has a negative id", ErrCorrupt, k)
+	}
+	return int64(l), int64(e), nil
+}
+
+// decodeLocation decodes a location value.
+func decodeLocation(v []byte, ledgerID, entryID int64) (uint64, error) {
+	if len(v) != locationLen {
+		return 0, fmt.Errorf("%w: location of ledger %d entry %d is %d bytes, want %d",
+			ErrCorrupt, ledgerID, entryID, len(v), locationLen)
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// putLedgerKey encodes ledgerID into k, which must be ledgerKeyLen long.
+func putLedgerKey(k []byte, ledgerID int64) {
+	_ = k[ledgerKeyLen-1]
+	k[0] = prefixLedger
+	binary.BigEndian.PutUint64(k[1:9], uint64(ledgerID))
+}
+
+// decodeLedgerKey returns the id in a ledger key.
+func decodeLedgerKey(k []byte) (int64, error) {
+	if len(k) != ledgerKeyLen || k[0] != prefixLedger {
+		return 0, fmt.Errorf("%w: ledger key %x", ErrCorrupt, k)
+	}
+	l := binary.BigEndian.Uint64(k[1:9])
+	if l > math.MaxInt64 {
+		return 0, fmt.Errorf("%w: ledger key %x has a negative id", ErrCorrupt, k)
+	}
+	return int64(l), nil
+}
+
+// LedgerState is what the index keeps about one ledger (BookKeeper's LedgerData).
+type LedgerState struct {
+	// Exists is set once the ledger was created on this bookie (its first add or its
+	// ledger-key record).
+	Exists bool
+	// Fenced is permanent: a fenced ledger refuses normal adds.
+	Fenced bool
+	// Limbo is reserved (BookKeeper's LedgerData.limbo): the ledger's state is uncertain after
+	// data loss and it must be recovered before it is served.
+	Limbo bool
+	// Deleted is reserved: the ledger was deleted and its locations may still be awaiting
+	// removal.
+	Deleted bool
+	// MasterKey is the ledger's master key (usually 20 bytes), at most 65535 bytes.
+	MasterKey []byte
+	// ExplicitLAC is the last explicit LAC packet; nil means none was set (an empty non-nil
+	// slice is kept as present and empty). At most 1 MiB.
+	ExplicitLAC []byte
+}
+
+// appendLedgerState appends the version-1 encoding of st to dst.
+func appendLedgerState(dst []byte, st *LedgerState) ([]byte, error) {
+	if len(st.MasterKey) > maxMasterKeyLen {
+		return dst, fmt.Errorf("%w: master key of %d bytes (max %d)", ErrTooLarge, len(st.MasterKey), maxMasterKeyLen)
+	}
+	if len(st.ExplicitLAC) > maxExplicitLACLen {
+		return dst, fmt.Errorf("%w: explicit LAC of %d bytes (max %d)", ErrTooLarge, len(st.ExplicitLAC), maxExplicitLACLen)
+	}
+	var flags byte
+	if st.Exists {
+		flags |= flagExists
+	}
+	if st.Fenced {
+		flags |= flagFenced
+	}
+	if st.Limbo {
+		flags |= flagLimbo
+	}
+	if st.Deleted {
+		flags |= flagDeleted
+	}
+	if st.ExplicitLAC != nil {
+		flags |= flagHasLAC
+	}
+	dst = append(dst, ledgerStateV1, flags)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(st.MasterKey)))
+	dst = append(dst, st.MasterKey...)
+	if st.ExplicitLAC != nil {
+		dst = binary.BigEndian.AppendUint32(dst, uint32(len(st.ExplicitLAC)))
+		dst = append(dst, st.ExplicitLAC...)
+	}
+	return dst, nil
+}
+
+// decodeLedgerState decodes a ledger state value. The returned slices are copies: v may be
+// reused by the caller.
+func decodeLedgerState(v []byte) (LedgerState, error) {
+	var st LedgerState
+	corrupt := func(what string) (LedgerState, error) {
+		return LedgerState{}, fmt.Errorf("%w: ledger state %s (value %d bytes)", ErrCorrupt, what, len(v))
+	}
+	if len(v) < ledgerStateHeaderLen {
+		return corrupt("too short")
+	}
+	if v[0] != ledgerStateV1 {
+		return corrupt(fmt.Sprintf("has unknown version %d", v[0]))
+	}
+	flags := v[1]
+	if flags&^flagsKnownV1 != 0 {
+		return corrupt(fmt.Sprintf("has unknown flags %#x", flags))
+	}
+	st.Exists = flags&flagExists != 0
+	st.Fenced = flags&flagFenced != 0
+	st.Limbo = flags&flagLimbo != 0
+	st.Deleted = flags&flagDeleted != 0
+	rest := v[ledgerStateHeaderLen:]
+	n := int(binary.BigEndian.Uint16(v[2:4]))
+	if len(rest) < n {
+		return corrupt("has a truncated master key")
+	}
+	st.MasterKey = append([]byte(nil), rest[:n]...)
+	rest = rest[n:]
+	if flags&flagHasLAC != 0 {
+		if len(rest) < 4 {
+			return corrupt("has a truncated explicit LAC length")
+		}
+		m := binary.BigEndian.Uint32(rest)
+		rest = rest[4:]
+		if m > maxExplicitLACLen || uint64(len(rest)) < uint64(m) {
+			return corrupt("has a truncated explicit LAC")
+		}
+		st.ExplicitLAC = append(make([]byte, 0, m), rest[:m]...)
+		rest = rest[m:]
+	}
+	if len(rest) != 0 {
+		return corrupt(fmt.Sprintf("has %d trailing bytes", len(rest)))
+	}
+	return st, nil
+}
