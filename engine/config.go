@@ -1,0 +1,104 @@
+package engine
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/internal/diskio"
+	"github.com/ringkeeper/ringkeeper/journal"
+)
+
+// Config configures the storage engine of one bookie. Field comments name BookKeeper's keys.
+type Config struct {
+	// JournalDirs is journalDirectories: one journal per directory; ledger L uses L mod n.
+	JournalDirs []string
+	// LedgerDirs is ledgerDirectories: ledger L lives in dir L mod n, each with its own write
+	// cache, entry logs and index.
+	LedgerDirs []string
+	// FS is the file system for journals and entry logs (nil: the OS). The index (pebble) uses
+	// the OS directly.
+	FS diskio.FS
+	// Journal is the template for every journal; Dir and FS are filled in per directory.
+	Journal journal.Config
+
+	// WriteCacheMaxSize is dbStorage_writeCacheMaxSizeMb in bytes, over all ledger dirs; each
+	// dir gets an equal share split into two halves.
+	WriteCacheMaxSize int64
+	// ReadAheadCacheMaxSize is dbStorage_readAheadCacheMaxSizeMb in bytes, over all dirs.
+	ReadAheadCacheMaxSize int64
+	// ReadAheadBatchSize is dbStorage_readAheadCacheBatchSize: entries read ahead on a miss.
+	ReadAheadBatchSize int
+	// MaxThrottleTime is dbStorage_maxThrottleTimeMs: how long an add waits for write-cache
+	// space before failing with ErrTooManyRequests.
+	MaxThrottleTime time.Duration
+	// FlushInterval is flushInterval: the checkpoint period.
+	FlushInterval time.Duration
+	// EntryLogSizeLimit is logSizeLimit.
+	EntryLogSizeLimit int64
+	// IndexBlockCacheSize is the pebble block cache of each ledger dir's index.
+	IndexBlockCacheSize int64
+	// IndexDir, if set, holds the indexes (one subdirectory per ledger dir) instead of
+	// <ledgerDir>/current/index: for tests whose ledger dirs are in memory.
+	IndexDir string
+
+	// InstanceID is the cluster's instance id, written into cookies.
+	InstanceID string
+	// BookieID is this bookie's id (host:port), written into cookies.
+	BookieID string
+
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns defaults for a bookie with the given directories.
+func DefaultConfig(journalDirs, ledgerDirs []string) Config {
+	return Config{
+		JournalDirs:           journalDirs,
+		LedgerDirs:            ledgerDirs,
+		Journal:               journal.DefaultConfig(""),
+		WriteCacheMaxSize:     512 << 20,
+		ReadAheadCacheMaxSize: 256 << 20,
+		ReadAheadBatchSize:    100,
+		MaxThrottleTime:       10 * time.Second,
+		FlushInterval:         10 * time.Second,
+		EntryLogSizeLimit:     1 << 30,
+		IndexBlockCacheSize:   128 << 20,
+	}
+}
+
+// Validate checks the config and fills FS and Logger.
+func (c *Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrBadConfig}, args...)...)
+	}
+	if len(c.JournalDirs) == 0 {
+		return bad("journalDirectories is empty")
+	}
+	if len(c.LedgerDirs) == 0 {
+		return bad("ledgerDirectories is empty")
+	}
+	if c.FS == nil {
+		c.FS = diskio.NewOS()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	perHalf := c.WriteCacheMaxSize / int64(len(c.LedgerDirs)) / 2
+	switch {
+	case perHalf < 1<<20:
+		return bad("dbStorage_writeCacheMaxSizeMb %d bytes gives %d bytes per half, below 1 MiB", c.WriteCacheMaxSize, perHalf)
+	case perHalf < int64(c.Journal.MaxRecordSize):
+		return bad("write cache half (%d bytes) is smaller than the largest entry (%d)", perHalf, c.Journal.MaxRecordSize)
+	case c.ReadAheadCacheMaxSize < 0:
+		return bad("dbStorage_readAheadCacheMaxSizeMb is negative")
+	case c.ReadAheadBatchSize < 0:
+		return bad("dbStorage_readAheadCacheBatchSize is negative")
+	case c.MaxThrottleTime < 0:
+		return bad("dbStorage_maxThrottleTimeMs is negative")
+	case c.FlushInterval <= 0:
+		return bad("flushInterval must be positive")
+	case c.EntryLogSizeLimit < 1<<20:
+		return bad("logSizeLimit %d is below 1 MiB", c.EntryLogSizeLimit)
+	}
+	return nil
+}

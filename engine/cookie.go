@@ -1,0 +1,143 @@
+package engine
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/ringkeeper/ringkeeper/internal/diskio"
+)
+
+// Cookie ties a bookie's directories to its identity, as BookKeeper's cookie does: every
+// journal and ledger dir holds one in current/VERSION. A bookie refuses to start when a cookie
+// is missing or different, so a wiped or swapped disk is never silently served as empty.
+type Cookie struct {
+	BookieID   string
+	JournalDir string   // journal dirs joined by ","
+	LedgerDirs []string // ledger dirs
+	InstanceID string
+}
+
+const (
+	cookieLayoutVersion = 5 // BookKeeper's layout version
+	cookieFile          = "VERSION"
+	currentDir          = "current"
+)
+
+// Encode renders the cookie in BookKeeper's text layout: the version line, then protobuf text
+// fields (ledgerDirs as "<count>\t<dir>\t<dir>...").
+func (c Cookie) Encode() []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d\n", cookieLayoutVersion)
+	fmt.Fprintf(&b, "bookieHost: %s\n", strconv.Quote(c.BookieID))
+	fmt.Fprintf(&b, "journalDir: %s\n", strconv.Quote(c.JournalDir))
+	dirs := append([]string{strconv.Itoa(len(c.LedgerDirs))}, c.LedgerDirs...)
+	fmt.Fprintf(&b, "ledgerDirs: %s\n", strconv.Quote(strings.Join(dirs, "\t")))
+	if c.InstanceID != "" {
+		fmt.Fprintf(&b, "instanceId: %s\n", strconv.Quote(c.InstanceID))
+	}
+	return []byte(b.String())
+}
+
+// ParseCookie parses Encode's format.
+func ParseCookie(data []byte) (Cookie, error) {
+	var c Cookie
+	sc := bufio.NewScanner(strings.NewReader(string(data)))
+	if !sc.Scan() || strings.TrimSpace(sc.Text()) != strconv.Itoa(cookieLayoutVersion) {
+		return c, fmt.Errorf("%w: unsupported cookie layout %q", ErrCookie, sc.Text())
+	}
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		key, raw, ok := strings.Cut(line, ":")
+		if !ok {
+			return c, fmt.Errorf("%w: malformed cookie line %q", ErrCookie, line)
+		}
+		val, err := strconv.Unquote(strings.TrimSpace(raw))
+		if err != nil {
+			return c, fmt.Errorf("%w: malformed cookie value in %q", ErrCookie, line)
+		}
+		switch strings.TrimSpace(key) {
+		case "bookieHost":
+			c.BookieID = val
+		case "journalDir":
+			c.JournalDir = val
+		case "ledgerDirs":
+			parts := strings.Split(val, "\t")
+			n, err := strconv.Atoi(parts[0])
+			if err != nil || n != len(parts)-1 {
+				return c, fmt.Errorf("%w: malformed ledgerDirs %q", ErrCookie, val)
+			}
+			c.LedgerDirs = parts[1:]
+		case "instanceId":
+			c.InstanceID = val
+		}
+	}
+	return c, nil
+}
+
+// diff describes how c differs from want ("" if they match).
+func (c Cookie) diff(want Cookie) string {
+	switch {
+	case c.BookieID != want.BookieID:
+		return fmt.Sprintf("bookie id %q, expected %q", c.BookieID, want.BookieID)
+	case c.InstanceID != want.InstanceID:
+		return fmt.Sprintf("cluster instance id %q, expected %q", c.InstanceID, want.InstanceID)
+	case c.JournalDir != want.JournalDir:
+		return fmt.Sprintf("journal dirs %q, expected %q", c.JournalDir, want.JournalDir)
+	case strings.Join(c.LedgerDirs, "\t") != strings.Join(want.LedgerDirs, "\t"):
+		return fmt.Sprintf("ledger dirs %q, expected %q", c.LedgerDirs, want.LedgerDirs)
+	}
+	return ""
+}
+
+// checkCookies verifies the cookie of every dir against want. With no cookie anywhere it
+// writes them (a new bookie) and reports created. Any other mix is an error that says what to do.
+func checkCookies(fs diskio.FS, dirs []string, want Cookie) (created bool, err error) {
+	var missing, present []string
+	for _, dir := range dirs {
+		path := filepath.Join(dir, currentDir, cookieFile)
+		data, err := diskio.ReadFile(fs, path, 64<<10)
+		if errors.Is(err, diskio.ErrNotExist) {
+			missing = append(missing, dir)
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("%w: read %s: %w", ErrCookie, path, err)
+		}
+		c, err := ParseCookie(data)
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", path, err)
+		}
+		if d := c.diff(want); d != "" {
+			return false, fmt.Errorf("%w: %s holds %s. The directory belongs to another bookie or "+
+				"configuration; point the bookie at its own directories, or clear the directory if its data "+
+				"is no longer wanted", ErrCookie, path, d)
+		}
+		present = append(present, dir)
+	}
+	if len(present) > 0 && len(missing) > 0 {
+		return false, fmt.Errorf("%w: directories %v have no cookie while %v do. A disk was wiped, replaced "+
+			"or added; the bookie refuses to serve it as empty. Restore the data, or decommission this "+
+			"bookie's data (let auto-recovery re-replicate it), clear all its directories and start it as new",
+			ErrCookie, missing, present)
+	}
+	if len(missing) == 0 {
+		return false, nil
+	}
+	for _, dir := range dirs {
+		cur := filepath.Join(dir, currentDir)
+		if err := fs.MkdirAll(cur); err != nil {
+			return false, err
+		}
+		if err := diskio.WriteFileAtomic(fs, filepath.Join(cur, cookieFile), want.Encode()); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}

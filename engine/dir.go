@@ -1,0 +1,280 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ledgerDir is one ledger directory: its write cache (two halves), read cache, entry logs and
+// index. Ledger L lives in dir L mod n.
+type ledgerDir struct {
+	e     *Engine
+	index int
+	path  string // <dir>/current
+	log   entryLog
+	idx   locationIndex
+	batch indexBatch
+
+	halves   [2]*cacheHalf
+	active   atomic.Pointer[cacheHalf]
+	flushing atomic.Pointer[cacheHalf]
+	reads    *readCache
+
+	// flushMu makes flushes of this dir one at a time; scratch is used under it.
+	flushMu sync.Mutex
+	scratch []sortedEntry
+
+	// spaceMu guards space: closed (and replaced) whenever a swap makes room in the cache.
+	spaceMu sync.Mutex
+	space   chan struct{}
+
+	// dirtyMu guards dirty: ledgers of this dir whose state changed since the last flush.
+	dirtyMu sync.Mutex
+	dirty   []*ledgerInfo
+	// deletes are ledgers deleted since the last flush (guarded by dirtyMu).
+	deletes []int64
+
+	stats dirStats
+}
+
+type dirStats struct {
+	flushes       atomic.Uint64
+	flushedBytes  atomic.Uint64
+	flushedItems  atomic.Uint64
+	flushNanos    atomic.Uint64
+	throttledAdds atomic.Uint64
+	rejectedAdds  atomic.Uint64
+}
+
+func (d *ledgerDir) spaceSignal() chan struct{} {
+	d.spaceMu.Lock()
+	defer d.spaceMu.Unlock()
+	return d.space
+}
+
+func (d *ledgerDir) signalSpace() {
+	d.spaceMu.Lock()
+	close(d.space)
+	d.space = make(chan struct{})
+	d.spaceMu.Unlock()
+}
+
+// put copies an entry into the active half, waiting up to MaxThrottleTime for a checkpoint to
+// make room when both halves are full. With journaled set, the half's pendingJournal count is
+// raised before the half can be sealed, and the returned slice (the cached copy) stays valid
+// until the caller calls pendingJournal.Done.
+func (d *ledgerDir) put(ledger, entry int64, data []byte, journaled bool) (*cacheHalf, []byte, error) {
+	var deadline time.Time
+	for {
+		h := d.active.Load()
+		if mem, ok := h.put(ledger, entry, data, journaled); ok {
+			return h, mem, nil
+		}
+		if err := d.e.Err(); err != nil {
+			return nil, nil, err
+		}
+		space := d.spaceSignal()
+		if d.active.Load() != h {
+			continue // swapped meanwhile
+		}
+		d.e.requestCheckpoint()
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(d.e.cfg.MaxThrottleTime)
+			d.stats.throttledAdds.Add(1)
+		}
+		if !now.Before(deadline) {
+			d.stats.rejectedAdds.Add(1)
+			return nil, nil, fmt.Errorf("%w: both write-cache halves of %s are full", ErrTooManyRequests, d.path)
+		}
+		t := time.NewTimer(deadline.Sub(now))
+		select {
+		case <-space:
+		case <-t.C:
+		case <-d.e.closing:
+			t.Stop()
+			return nil, nil, ErrClosed
+		}
+		t.Stop()
+	}
+}
+
+// get appends the entry to dst: write cache, the half being flushed, read cache, then index and
+// entry log (reading ahead along the ledger into the read cache).
+func (d *ledgerDir) get(ledger, entry int64, dst []byte) ([]byte, error) {
+	if out, ok := d.getCached(ledger, entry, dst); ok {
+		return out, nil
+	}
+	loc, found, err := d.idx.Location(ledger, entry)
+	if err != nil {
+		return dst, fmt.Errorf("%w: index of %s: %w", ErrIO, d.path, err)
+	}
+	if !found {
+		return dst, ErrNoEntry
+	}
+	return d.readFromLog(ledger, entry, loc, dst)
+}
+
+// getCached looks in memory only.
+func (d *ledgerDir) getCached(ledger, entry int64, dst []byte) ([]byte, bool) {
+	for _, h := range [2]*cacheHalf{d.active.Load(), d.flushing.Load()} {
+		if h == nil {
+			continue
+		}
+		h.readers.RLock()
+		out, ok := h.get(ledger, entry, dst)
+		h.readers.RUnlock()
+		if ok {
+			return out, true
+		}
+	}
+	return d.reads.get(ledger, entry, dst)
+}
+
+// readAheadBytes bounds one read-ahead.
+const readAheadBytes = 1 << 20
+
+func (d *ledgerDir) readFromLog(ledger, entry int64, loc uint64, dst []byte) ([]byte, error) {
+	found := false
+	count := 0
+	batch := d.e.cfg.ReadAheadBatchSize
+	err := d.log.ReadAhead(loc, readAheadBytes, func(l, en int64, data []byte, _ uint64) bool {
+		if count == 0 {
+			if l != ledger || en != entry {
+				return false
+			}
+			dst = append(dst, data...)
+			found = true
+		} else if l != ledger {
+			return false
+		}
+		if batch > 0 {
+			d.reads.put(l, en, data)
+		}
+		count++
+		return count <= batch
+	})
+	if err != nil {
+		return dst, fmt.Errorf("%w: %w", ErrIO, err)
+	}
+	if !found {
+		// The index points at a record of another entry: the index or the log is damaged.
+		return dst, fmt.Errorf("%w: %s: index location %#x of ledger %d entry %d holds another entry",
+			ErrIO, d.path, loc, ledger, entry)
+	}
+	return dst, nil
+}
+
+// lastEntry returns the highest entry id of the ledger in this dir.
+func (d *ledgerDir) lastEntry(ledger int64) (int64, bool, error) {
+	last, found := int64(-1), false
+	for _, h := range [2]*cacheHalf{d.active.Load(), d.flushing.Load()} {
+		if h == nil {
+			continue
+		}
+		h.readers.RLock()
+		e, ok := h.lastEntry(ledger)
+		h.readers.RUnlock()
+		if ok && e > last {
+			last, found = e, true
+		}
+	}
+	e, ok, err := d.idx.LastEntry(ledger)
+	if err != nil {
+		return 0, false, fmt.Errorf("%w: index of %s: %w", ErrIO, d.path, err)
+	}
+	if ok && e > last {
+		last, found = e, true
+	}
+	return last, found, nil
+}
+
+func (d *ledgerDir) markDirty(l *ledgerInfo) {
+	l.mu.Lock()
+	already := l.dirty
+	l.dirty = true
+	l.mu.Unlock()
+	if !already {
+		d.dirtyMu.Lock()
+		d.dirty = append(d.dirty, l)
+		d.dirtyMu.Unlock()
+	}
+}
+
+// flush swaps the halves and writes the sealed one to the entry log (sorted by ledger and
+// entry), fsyncs it, then writes its locations and every changed ledger state to the index as
+// one synced batch: steps 2 to 4 of the checkpoint. The ledger state is synced even when no
+// entry moved.
+func (d *ledgerDir) flush() (err error) {
+	d.flushMu.Lock()
+	defer d.flushMu.Unlock()
+	if err := d.e.Err(); err != nil {
+		return err
+	}
+	start := time.Now()
+	h := d.active.Load()
+	other := d.halves[0]
+	if other == h {
+		other = d.halves[1]
+	}
+	// Swap: the other half was reset by the previous flush.
+	d.flushing.Store(h)
+	d.active.Store(other)
+	h.seal()
+	d.signalSpace()
+
+	var bytes int64
+	d.scratch = h.sorted(d.scratch[:0])
+	for _, s := range d.scratch {
+		data := h.memory(s.slot.offset, s.slot.length)
+		loc, err := d.log.Add(s.key.ledger, s.key.entry, data)
+		if err != nil {
+			return d.flushFailed(h, fmt.Errorf("%w: entry log of %s: %w", ErrIO, d.path, err))
+		}
+		d.batch.PutLocation(s.key.ledger, s.key.entry, loc)
+		bytes += int64(len(data))
+	}
+	if err := d.log.Flush(); err != nil {
+		return d.flushFailed(h, fmt.Errorf("%w: entry log of %s: %w", ErrIO, d.path, err))
+	}
+	d.dirtyMu.Lock()
+	dirty, deletes := d.dirty, d.deletes
+	d.dirty, d.deletes = nil, nil
+	d.dirtyMu.Unlock()
+	for _, l := range dirty {
+		l.mu.Lock()
+		st := ledgerState{Fenced: l.fenced.Load(), MasterKey: l.masterKey, ExplicitLAC: l.explicitLAC}
+		l.dirty = false
+		l.mu.Unlock()
+		d.batch.PutLedger(l.id, st)
+	}
+	for _, id := range deletes {
+		d.batch.DeleteLedger(id)
+	}
+	if err := d.batch.Commit(true); err != nil {
+		return d.flushFailed(h, fmt.Errorf("%w: index of %s: %w", ErrIO, d.path, err))
+	}
+	// Everything in h is now readable from the index; stop looking in h, then recycle it.
+	d.flushing.Store(nil)
+	h.reset()
+	d.stats.flushes.Add(1)
+	d.stats.flushedItems.Add(uint64(len(d.scratch)))
+	d.stats.flushedBytes.Add(uint64(bytes))
+	d.stats.flushNanos.Add(uint64(time.Since(start)))
+	clear(d.scratch)
+	return nil
+}
+
+// flushFailed makes a flush failure sticky: the sealed half stays readable (it is never reset)
+// and the engine stops accepting adds.
+func (d *ledgerDir) flushFailed(h *cacheHalf, err error) error {
+	d.e.fail(err)
+	return err
+}
+
+func (d *ledgerDir) close() error {
+	return errors.Join(d.log.Close(), d.idx.Close())
+}

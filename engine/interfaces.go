@@ -1,0 +1,40 @@
+package engine
+
+// entryLog is what the engine needs from one ledger dir's entry logs (package entrylog). Add
+// and Flush are called by the dir's flusher only; Read and ReadAhead by any goroutine, for
+// locations whose Flush has returned.
+type entryLog interface {
+	Add(ledgerID, entryID int64, entry []byte) (uint64, error)
+	Flush() error
+	Read(loc uint64, ledgerID, entryID int64, dst []byte) ([]byte, error)
+	ReadAhead(loc uint64, maxBytes int, fn func(ledgerID, entryID int64, entry []byte, loc uint64) bool) error
+	Close() error
+}
+
+// ledgerState is a ledger's persisted state.
+type ledgerState struct {
+	Fenced      bool
+	MasterKey   []byte
+	ExplicitLAC []byte
+}
+
+// locationIndex is what the engine needs from one ledger dir's index (package index).
+// found is false when the key is absent; err is reserved for real failures (corruption, I/O),
+// so that a damaged index is never taken for "no such entry".
+type locationIndex interface {
+	Location(ledgerID, entryID int64) (loc uint64, found bool, err error)
+	LastEntry(ledgerID int64) (entryID int64, found bool, err error)
+	Ledgers(fn func(id int64, st ledgerState) bool) error
+	NewBatch() indexBatch
+	Close() error
+}
+
+// indexBatch collects a checkpoint's index updates and writes them atomically.
+type indexBatch interface {
+	PutLocation(ledgerID, entryID int64, loc uint64)
+	PutLedger(id int64, st ledgerState)
+	DeleteLedger(id int64)
+	Len() int
+	// Commit writes the batch (synced if sync) and leaves it empty for reuse.
+	Commit(sync bool) error
+}
