@@ -1,0 +1,188 @@
+package server
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/net/protocol"
+	"github.com/ringkeeper/ringkeeper/net/server/servertest"
+)
+
+func TestAuthRequired(t *testing.T) {
+	opts := []envOption{withConfig(func(c *Config) { c.Auth = NewTokenAuth("", []byte("s3cret")) })}
+	transports(t, opts, func(t *testing.T, env *testEnv, dial func() *servertest.Client) {
+		c := dial()
+		// Before AUTH: adds, reads and batch reads get EUA, and the connection stays open.
+		mustAdd(t, c, keyA, entry(1, 0, "x"), 0, protocol.EUA)
+		mustRead(t, c, 1, 0, protocol.EUA)
+		resp, err := c.BatchRead(protocol.BatchReadRequest{LedgerID: 1, RequestID: 3, MaxCount: 1, MaxSize: 100})
+		if err != nil || resp.RC != protocol.EUA {
+			t.Fatalf("batch read before auth: rc %v err %v", resp.RC, err)
+		}
+		if _, err := c.Auth(TokenAuthPluginName, []byte("s3cret")); err != nil {
+			t.Fatalf("auth: %v", err)
+		}
+		mustAdd(t, c, keyA, entry(1, 0, "x"), 0, protocol.EOK)
+		mustRead(t, c, 1, 0, protocol.EOK)
+
+		// A wrong token closes the connection.
+		bad := dial()
+		if _, err := bad.Auth(TokenAuthPluginName, []byte("guess")); err == nil || !servertest.IsClosedErr(err) {
+			t.Fatalf("wrong token: %v, want the connection closed", err)
+		}
+		// So does another plugin name.
+		other := dial()
+		if _, err := other.Auth("SASL", []byte("s3cret")); err == nil || !servertest.IsClosedErr(err) {
+			t.Fatalf("wrong plugin: %v, want the connection closed", err)
+		}
+		if st := env.srv.Stats(); st.AuthFailures != 1 {
+			t.Errorf("AuthFailures = %d, want 1", st.AuthFailures)
+		}
+	})
+}
+
+func TestAuthNotConfigured(t *testing.T) {
+	transports(t, nil, func(t *testing.T, env *testEnv, dial func() *servertest.Client) {
+		c := dial()
+		mustAdd(t, c, keyA, entry(1, 0, "x"), 0, protocol.EOK)
+		if _, err := c.Auth(TokenAuthPluginName, []byte("x")); err == nil || !servertest.IsClosedErr(err) {
+			t.Fatalf("AUTH without a provider: %v, want the connection closed", err)
+		}
+	})
+}
+
+// twoStep is a two-round AuthProvider: the client sends "hello", gets a challenge, and answers
+// it.
+type twoStep struct{}
+
+func (twoStep) Name() string                  { return "test.two-step" }
+func (twoStep) NewSession(string) AuthSession { return &twoStepSession{} }
+
+type twoStepSession struct{ round int }
+
+func (s *twoStepSession) Step(payload []byte) ([]byte, bool, error) {
+	s.round++
+	switch {
+	case s.round == 1 && string(payload) == "hello":
+		return []byte("challenge"), false, nil
+	case s.round == 2 && string(payload) == "response":
+		return []byte("welcome"), true, nil
+	}
+	return nil, false, errors.New("bad step")
+}
+
+func TestAuthMultiRound(t *testing.T) {
+	env := startEnv(t, withConfig(func(c *Config) { c.Auth = twoStep{} }))
+	c := env.dial(t)
+	if got, err := c.Auth("test.two-step", []byte("hello")); err != nil || string(got) != "challenge" {
+		t.Fatalf("round 1: %q %v", got, err)
+	}
+	mustAdd(t, c, keyA, entry(1, 0, "x"), 0, protocol.EUA)
+	if got, err := c.Auth("test.two-step", []byte("response")); err != nil || string(got) != "welcome" {
+		t.Fatalf("round 2: %q %v", got, err)
+	}
+	mustAdd(t, c, keyA, entry(1, 0, "x"), 0, protocol.EOK)
+}
+
+func TestTokenAuth(t *testing.T) {
+	a := NewTokenAuth("custom", []byte("tok"))
+	if a.Name() != "custom" {
+		t.Fatal(a.Name())
+	}
+	s := a.NewSession("x")
+	for _, p := range []string{"", "to", "tok!", "TOK"} {
+		if _, done, err := s.Step([]byte(p)); done || !errors.Is(err, ErrAuthFailed) {
+			t.Errorf("token %q accepted", p)
+		}
+	}
+	if _, done, err := s.Step([]byte("tok")); !done || err != nil {
+		t.Fatalf("right token: %v %v", done, err)
+	}
+	empty := NewTokenAuth("", nil).NewSession("x")
+	if _, done, _ := empty.Step(nil); done {
+		t.Fatal("an empty token matched")
+	}
+}
+
+func TestTLSClientCertificates(t *testing.T) {
+	pki := newTestPKI(t)
+	env := startEnv(t, withTLS(), withConfig(func(c *Config) { c.TLSConfig = pki.serverConfig(true) }))
+	env.tlsCli = pki.clientConfig(true)
+	c := env.dialTLS(t)
+	mustAdd(t, c, keyA, entry(1, 0, "x"), 0, protocol.EOK)
+	mustRead(t, c, 1, 0, protocol.EOK)
+
+	// Without a client certificate the handshake fails (TLS 1.3 reports it on first read).
+	nc, err := servertest.DialTLS(env.srv.TLSAddr().String(), pki.clientConfig(false))
+	if err == nil {
+		defer nc.Close()
+		nc.Timeout = 5 * time.Second
+		if _, err = nc.Add(keyA, entry(1, 1, "x"), 0); err == nil {
+			t.Fatal("a client without a certificate was served")
+		}
+	}
+	// Plaintext clients are served on the other port as usual.
+	mustRead(t, env.dial(t), 1, 0, protocol.EOK)
+}
+
+func TestTLSHandshakeTimeout(t *testing.T) {
+	env := startEnv(t, withTLS(), withConfig(func(c *Config) { c.TLSHandshakeTimeout = 100 * time.Millisecond }))
+	c, err := servertest.Dial(env.srv.TLSAddr().String()) // plaintext to the TLS port: no handshake
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.ExpectClosed(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadTLSConfigErrors(t *testing.T) {
+	if _, err := LoadTLSConfig("/nonexistent.crt", "/nonexistent.key", "", false); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("missing files: %v", err)
+	}
+}
+
+func TestLoadTLSConfig(t *testing.T) {
+	pki := newTestPKI(t)
+	dir := t.TempDir()
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(pki.server.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile := write("server.crt", "CERTIFICATE", pki.server.Certificate[0])
+	keyFile := write("server.key", "PRIVATE KEY", keyDER)
+	caFile := write("ca.crt", "CERTIFICATE", pki.caDER)
+	cfg, err := LoadTLSConfig(certFile, keyFile, caFile, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ClientAuth != tls.RequireAndVerifyClientCert || cfg.ClientCAs == nil {
+		t.Fatalf("client auth not configured: %v", cfg.ClientAuth)
+	}
+	env := startEnv(t, withTLS(), withConfig(func(c *Config) { c.TLSConfig = cfg }))
+	env.tlsCli = pki.clientConfig(true)
+	mustAdd(t, env.dialTLS(t), keyA, entry(1, 0, "x"), 0, protocol.EOK)
+	if _, err := LoadTLSConfig(certFile, keyFile, "", true); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("client certs without a CA: %v", err)
+	}
+	if _, err := LoadTLSConfig(certFile, keyFile, certFile+".missing", false); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("missing CA: %v", err)
+	}
+	if cfg, err := LoadTLSConfig(certFile, keyFile, "", false); err != nil || cfg.ClientAuth != tls.NoClientCert {
+		t.Fatalf("server-only: %v", err)
+	}
+}

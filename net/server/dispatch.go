@@ -1,0 +1,249 @@
+package server
+
+import (
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/net/protocol"
+)
+
+// Reasons the server closes a connection (metrics label and log attribute).
+const (
+	closeProtocol   = "protocol"    // undecodable frame (ActionClose, bad length, oversize)
+	closeSlowClient = "slow_client" // inbound bytes over the limit while decoding is paused
+	closePanic      = "panic"       // a request handler panicked
+	closeAuth       = "auth"        // authentication refused or impossible
+)
+
+// addOp is the context of one add between Storage.Add and its completion.
+type addOp struct {
+	cc       *connState
+	version  uint8
+	ledgerID int64
+	entryID  int64
+	start    time.Time
+}
+
+// handleFrame decodes one request frame (the bytes after the length prefix, aliasing the
+// receive buffer) and dispatches it. It runs on the connection's reader and never blocks.
+// closeConn reports that the connection must be closed (its reason already logged).
+func (cc *connState) handleFrame(frame []byte) (closeConn bool) {
+	s := cc.srv
+	req := &cc.req
+	if err := protocol.DecodeRequest(frame, req); err != nil {
+		de, ok := protocol.AsDecodeError(err)
+		if ok && de.Action == protocol.ActionRespond {
+			s.stats.badRequests.Add(1)
+			s.log.Debug("server: bad request answered", "remote", cc.remote, "code", de.Code, "err", err)
+			cc.immediate = de.AppendResponse(cc.immediate)
+			return false
+		}
+		s.closeFor(cc, closeProtocol, err)
+		return true
+	}
+	if req.Header.Op == protocol.OpAuth {
+		return cc.handleAuth(&req.Auth)
+	}
+	if s.cfg.Auth != nil && !cc.authed {
+		// BookKeeper's AuthHandler for v2: adds and reads (batch reads are reads) get EUA.
+		cc.respond(req, protocol.EUA)
+		return false
+	}
+	switch req.Header.Op {
+	case protocol.OpAddEntry:
+		cc.handleAdd(&req.Add)
+	case protocol.OpReadEntry:
+		cc.handleRead(&req.Read)
+	case protocol.OpBatchReadEntry:
+		cc.handleBatchRead(&req.BatchRead)
+	default:
+		// DecodeRequest accepts no other opcode; be defensive rather than silent.
+		s.closeFor(cc, closeProtocol, fmt.Errorf("server: undispatchable opcode %v", req.Header.Op))
+		return true
+	}
+	return false
+}
+
+// respond appends an error response to a decoded add, read or batch read.
+func (cc *connState) respond(req *protocol.Request, rc protocol.ReturnCode) {
+	switch req.Header.Op {
+	case protocol.OpAddEntry:
+		cc.immediate = req.Add.AppendResponse(cc.immediate, rc)
+	case protocol.OpReadEntry:
+		cc.immediate, _ = req.Read.AppendResponse(cc.immediate, rc, nil)
+	case protocol.OpBatchReadEntry:
+		cc.immediate = appendBatchError(cc.immediate, &req.BatchRead, rc)
+	}
+}
+
+func appendBatchError(dst []byte, r *protocol.BatchReadRequest, rc protocol.ReturnCode) []byte {
+	out, err := protocol.AppendBatchReadResponse(dst, protocol.BatchReadResponse{
+		Header: protocol.Header{Version: r.Header.Version}, RC: rc,
+		LedgerID: r.LedgerID, StartEntryID: r.StartEntryID, RequestID: r.RequestID})
+	if err != nil { // cannot happen: no data
+		return dst
+	}
+	return out
+}
+
+func (cc *connState) handleAdd(r *protocol.AddRequest) {
+	s := cc.srv
+	if !r.IsRecoveryAdd() && !r.IsHighPriority() && s.storage.ReadOnly() {
+		cc.immediate = r.AppendResponse(cc.immediate, protocol.EREADONLY)
+		return
+	}
+	if !cc.acquireAdd() {
+		s.stats.rejected.Add(1)
+		s.metrics.addRejected()
+		cc.immediate = r.AppendResponse(cc.immediate, protocol.ETOOMANYREQUESTS)
+		return
+	}
+	op, _ := s.addOps.Get().(*addOp)
+	if op == nil {
+		op = new(addOp)
+	}
+	*op = addOp{cc: cc, version: r.Header.Version, ledgerID: r.LedgerID, entryID: r.EntryID, start: time.Now()}
+	returned := false
+	defer func() {
+		if !returned { // Storage.Add panicked: give the reservation back; the reader recovers
+			cc.releaseAdd()
+		}
+	}()
+	err := s.storage.Add(r.MasterKey[:], r.Entry, r.IsRecoveryAdd(), s.addDone, op)
+	returned = true
+	if err != nil {
+		cc.releaseAdd()
+		rc := s.cfg.ErrorCode(err)
+		s.metrics.observeAdd(op.start, false)
+		*op = addOp{}
+		s.addOps.Put(op)
+		s.log.Debug("server: add refused", "remote", cc.remote, "ledger", r.LedgerID, "entry", r.EntryID, "code", rc, "err", err)
+		cc.immediate = r.AppendResponse(cc.immediate, rc)
+	}
+}
+
+// completeAdd is the Storage.Add callback (bound once as s.addDone): it queues the response
+// on the connection, which wakes the writer if the queue was empty.
+func (s *Server) completeAdd(ctx any, err error) {
+	op := ctx.(*addOp)
+	cc, version, ledgerID, entryID, start := op.cc, op.version, op.ledgerID, op.entryID, op.start
+	*op = addOp{}
+	s.addOps.Put(op)
+	rc := protocol.EOK
+	if err != nil {
+		rc = s.cfg.ErrorCode(err)
+		s.log.Debug("server: add failed", "remote", cc.remote, "ledger", ledgerID, "entry", entryID, "code", rc, "err", err)
+	}
+	cc.queueAdd(version, rc, ledgerID, entryID)
+	cc.releaseAdd()
+	s.metrics.observeAdd(start, rc == protocol.EOK)
+}
+
+func (cc *connState) handleRead(r *protocol.ReadRequest) {
+	s := cc.srv
+	if !r.IsFencing() && r.EntryID >= 0 {
+		start := len(cc.immediate)
+		buf, _ := r.AppendResponse(cc.immediate, protocol.EOK, nil)
+		buf, ok := s.storage.ReadCached(r.LedgerID, r.EntryID, buf)
+		if ok && protocol.PatchFrameLength(buf, start) == nil {
+			cc.immediate = buf
+			s.stats.cachedReads.Add(1)
+			return
+		}
+		cc.immediate = buf[:start]
+	}
+	t := s.newReadTask(cc, r.Header)
+	t.ledgerID, t.entryID = r.LedgerID, r.EntryID
+	t.fencing, t.key = r.IsFencing(), r.MasterKey
+	cc.submitRead(t)
+}
+
+func (cc *connState) handleBatchRead(r *protocol.BatchReadRequest) {
+	if r.StartEntryID < protocol.LastAddConfirmedEntryID {
+		cc.immediate = appendBatchError(cc.immediate, r, protocol.EBADREQ)
+		return
+	}
+	t := cc.srv.newReadTask(cc, r.Header)
+	t.ledgerID, t.entryID = r.LedgerID, r.StartEntryID
+	t.fencing, t.key = r.IsFencing(), r.MasterKey
+	t.requestID, t.maxCount, t.maxSize = r.RequestID, r.MaxCount, r.MaxSize
+	cc.submitRead(t)
+}
+
+// submitRead reserves the read against the limits and queues it for the worker pool, or
+// answers ETOOMANYREQUESTS.
+func (cc *connState) submitRead(t *readTask) {
+	s := cc.srv
+	if cc.acquireRead() {
+		if s.pool.submit(t) {
+			return
+		}
+		cc.releaseRead()
+	}
+	s.stats.rejected.Add(1)
+	s.metrics.readRejected()
+	cc.immediate = t.appendError(cc.immediate, protocol.ETOOMANYREQUESTS)
+	s.putReadTask(t)
+}
+
+func (cc *connState) handleAuth(r *protocol.AuthRequest) (closeConn bool) {
+	s := cc.srv
+	p := s.cfg.Auth
+	if p == nil {
+		s.closeFor(cc, closeAuth, fmt.Errorf("server: AUTH from plugin %q but authentication is not configured", r.Message.PluginName))
+		return true
+	}
+	name := p.Name()
+	if string(r.Message.PluginName) != name {
+		s.closeFor(cc, closeAuth, fmt.Errorf("server: AUTH from plugin %q, expected %q", r.Message.PluginName, name))
+		return true
+	}
+	if cc.authSess == nil {
+		cc.authSess = p.NewSession(cc.remote)
+	}
+	answer, done, err := cc.authSess.Step(r.Message.Payload)
+	if err != nil {
+		s.stats.authFailures.Add(1)
+		s.closeFor(cc, closeAuth, err)
+		return true
+	}
+	out, err := protocol.AppendAuthResponse(cc.immediate, protocol.AuthResponse{
+		Header:  protocol.Header{Version: protocol.CurrentVersion, Op: protocol.OpAuth},
+		Message: protocol.AuthMessage{PluginName: []byte(name), Payload: answer}})
+	if err != nil {
+		s.closeFor(cc, closeAuth, err)
+		return true
+	}
+	cc.immediate = out
+	if done {
+		cc.authed, cc.authSess = true, nil
+		s.log.Debug("server: client authenticated", "remote", cc.remote, "plugin", name)
+	}
+	return false
+}
+
+// closeFor logs and counts a close decided by the server.
+func (s *Server) closeFor(cc *connState, reason string, err error) {
+	switch reason {
+	case closeProtocol:
+		s.stats.protocolCloses.Add(1)
+	case closeSlowClient:
+		s.stats.slowClientCloses.Add(1)
+	case closePanic:
+		s.stats.panics.Add(1)
+	}
+	s.metrics.connClosed(reason)
+	level := s.log.Info
+	if reason == closePanic {
+		level = s.log.Error
+	}
+	level("server: closing connection", "remote", cc.remote, "reason", reason, "err", err)
+}
+
+// recovered handles a panic caught on a connection's reader or on a read worker: the
+// connection is closed and the process goes on. The panic is a bug; it is logged with its
+// stack at error level and counted.
+func (s *Server) recovered(cc *connState, r any) {
+	s.closeFor(cc, closePanic, fmt.Errorf("server: panic: %v\n%s", r, debug.Stack()))
+}
