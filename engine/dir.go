@@ -225,6 +225,9 @@ func (d *ledgerDir) flush() (err error) {
 	d.active.Store(other)
 	h.seal()
 	d.signalSpace()
+	if err := d.e.hook(stepHalvesSwapped); err != nil {
+		return err
+	}
 
 	var bytes int64
 	d.scratch = h.sorted(d.scratch[:0])
@@ -239,6 +242,9 @@ func (d *ledgerDir) flush() (err error) {
 	}
 	if err := d.log.Flush(); err != nil {
 		return d.flushFailed(h, fmt.Errorf("%w: entry log of %s: %w", ErrIO, d.path, err))
+	}
+	if err := d.e.hook(stepEntryLogSynced); err != nil {
+		return err
 	}
 	d.dirtyMu.Lock()
 	dirty, deletes := d.dirty, d.deletes
@@ -256,6 +262,9 @@ func (d *ledgerDir) flush() (err error) {
 	}
 	if err := d.batch.Commit(true); err != nil {
 		return d.flushFailed(h, fmt.Errorf("%w: index of %s: %w", ErrIO, d.path, err))
+	}
+	if err := d.e.hook(stepIndexSynced); err != nil {
+		return err
 	}
 	// Everything in h is now readable from the index; stop looking in h, then recycle it.
 	d.flushing.Store(nil)

@@ -44,6 +44,33 @@ type Engine struct {
 	addOps sync.Pool
 
 	stats Stats
+
+	// checkpointHook, set by tests only, runs after each checkpoint step; an error stops the
+	// checkpoint there, as a crash would.
+	checkpointHook func(step checkpointStep) error
+}
+
+// checkpointStep names the steps of a checkpoint, for crash tests.
+type checkpointStep int
+
+const (
+	stepMarksSnapshot checkpointStep = iota + 1
+	stepHalvesSwapped
+	stepEntryLogSynced
+	stepIndexSynced
+	stepMarksPersisted
+	stepJournalsCollected
+)
+
+func (e *Engine) hook(step checkpointStep) error {
+	if e.checkpointHook == nil {
+		return nil
+	}
+	err := e.checkpointHook(step)
+	if err != nil {
+		e.fail(err)
+	}
+	return err
 }
 
 // Stats are the engine's counters.
@@ -187,7 +214,9 @@ func (e *Engine) fail(err error) {
 	}
 }
 
-// SetReadOnly turns read-only mode on or off: adds other than recovery adds get ErrReadOnly.
+// SetReadOnly turns read-only mode on or off. The engine only reports the mode: the server
+// answers EREADONLY to adds other than recovery and high-priority adds, which may still be
+// written while space remains.
 func (e *Engine) SetReadOnly(ro bool) { e.readOnly.Store(ro) }
 
 // ReadOnly reports whether the engine is in read-only mode.
@@ -239,9 +268,6 @@ func (e *Engine) Add(masterKey, stored []byte, recovery bool, done func(ctx any,
 	}
 	if err := e.Err(); err != nil {
 		return err
-	}
-	if e.readOnly.Load() && !recovery {
-		return ErrReadOnly
 	}
 	l, err := e.ledgerForWrite(ledgerID, masterKey)
 	if err != nil {
@@ -527,6 +553,9 @@ func (e *Engine) Checkpoint() error {
 	}
 	start := time.Now()
 	marks := e.journals.Marks() // 1
+	if err := e.hook(stepMarksSnapshot); err != nil {
+		return err
+	}
 	errs := make([]error, len(e.dirs))
 	var wg sync.WaitGroup
 	for i, d := range e.dirs { // 2-4, dirs in parallel
@@ -536,16 +565,26 @@ func (e *Engine) Checkpoint() error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	persisted := make([]journal.Mark, len(marks))
 	for i, m := range marks { // 5
-		persisted, err := e.markStores[i].Persist(m)
+		p, err := e.markStores[i].Persist(m)
 		if err != nil {
 			err = fmt.Errorf("%w: persist mark: %w", ErrIO, err)
 			e.fail(err)
 			return err
 		}
-		if err := e.journals.Journals()[i].GC(persisted); err != nil { // 6
+		persisted[i] = p
+	}
+	if err := e.hook(stepMarksPersisted); err != nil {
+		return err
+	}
+	for i, p := range persisted { // 6
+		if err := e.journals.Journals()[i].GC(p); err != nil {
 			e.log.Warn("journal GC", "err", err)
 		}
+	}
+	if err := e.hook(stepJournalsCollected); err != nil {
+		return err
 	}
 	e.stats.Checkpoints.Add(1)
 	e.stats.CheckpointNanos.Add(uint64(time.Since(start)))

@@ -1,0 +1,123 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/internal/diskio"
+)
+
+// flipInEntryLog flips one byte of the first copy of needle found in the dir's entry logs.
+func flipInEntryLog(t *testing.T, fs *diskio.Mem, dir string, needle []byte, at int) {
+	t.Helper()
+	names, err := fs.List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if !strings.HasSuffix(n, ".log") {
+			continue
+		}
+		path := filepath.Join(dir, n)
+		data, err := diskio.ReadFile(fs, path, 1<<30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := bytes.Index(data, needle)
+		if i < 0 {
+			continue
+		}
+		f, err := fs.Open(path, diskio.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte{data[i+at] ^ 0x40}, int64(i+at)); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		return
+	}
+	t.Fatalf("entry not found in any entry log of %s", dir)
+}
+
+func TestBitFlipInEntryLogIsAnIOError(t *testing.T) {
+	for name, at := range map[string]int{"stored entry header": 3, "payload": storedEntryHeader + 1} {
+		t.Run(name, func(t *testing.T) {
+			fs := diskio.NewMem(4096)
+			cfg := testConfig(t, fs, 1)
+			cfg.ReadAheadBatchSize = 0
+			e := openTest(t, cfg)
+			defer e.Close()
+			for en := int64(0); en < 20; en++ {
+				if err := addSync(e, testKey, storedEntry(5, en), false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := e.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+			flipInEntryLog(t, fs, filepath.Join(cfg.LedgerDirs[0], currentDir), storedEntry(5, 7), at)
+			_, err := e.Read(5, 7, nil)
+			if !errors.Is(err, ErrIO) || errors.Is(err, ErrNoEntry) {
+				t.Fatalf("read of a damaged entry: %v, want an I/O error", err)
+			}
+			// Neighbours are fine.
+			mustRead(t, e, 5, 6)
+			mustRead(t, e, 5, 8)
+		})
+	}
+}
+
+func TestAddsWaitBoundedThenFailWhenBothHalvesAreFull(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := testConfig(t, fs, 1)
+	cfg.WriteCacheMaxSize = 2 << 20 // 1 MiB halves
+	cfg.MaxThrottleTime = 200 * time.Millisecond
+	e := openTest(t, cfg)
+	release := make(chan struct{})
+	held := make(chan struct{}, 1)
+	e.checkpointHook = func(s checkpointStep) error {
+		if s == stepHalvesSwapped {
+			select {
+			case held <- struct{}{}:
+			default:
+			}
+			<-release // the flush is stuck: the sealed half cannot be recycled
+		}
+		return nil
+	}
+	var err error
+	start := time.Now()
+	for en := int64(0); en < 10000; en++ {
+		if err = e.Add(testKey, storedEntry(9, en), false, func(any, error) {}, nil); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, ErrTooManyRequests) {
+		t.Fatalf("adds into a full cache: %v", err)
+	}
+	if waited := time.Since(start); waited < cfg.MaxThrottleTime {
+		t.Fatalf("failed after %v, before the throttle time %v", waited, cfg.MaxThrottleTime)
+	}
+	<-held
+	close(release)
+	e.checkpointHook = nil
+	// Once the flush completes adds go through again.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := addSync(e, testKey, storedEntry(9, 20000), false)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrTooManyRequests) || time.Now().After(deadline) {
+			t.Fatalf("add after the flush: %v", err)
+		}
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
