@@ -55,3 +55,26 @@ func TestJournalWorkload(t *testing.T) {
 	}
 	checkResult(t, res, "journal")
 }
+
+func TestStorageWorkload(t *testing.T) {
+	for _, mode := range []string{"random", "sequential"} {
+		o := DefaultStorageOptions()
+		o.JournalDirs = []string{t.TempDir()}
+		o.LedgerDirs = []string{t.TempDir(), t.TempDir()}
+		o.Writers, o.Outstanding, o.Ledgers = 4, 16, 8
+		o.Duration, o.ReadDuration = time.Second, 500*time.Millisecond
+		o.WriteCacheSize = 16 << 20
+		o.MaxFileSize = 64 << 20
+		o.Read = mode
+		o.ReadOutstanding = 4
+		adds, reads, err := RunStorage(context.Background(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkResult(t, adds, "storage")
+		checkResult(t, reads, "read-"+mode)
+		if adds.Extra["checkpoints"] < 1 {
+			t.Errorf("no checkpoint ran: %v", adds.Extra)
+		}
+	}
+}

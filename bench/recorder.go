@@ -3,7 +3,9 @@ package bench
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -42,6 +44,8 @@ type Result struct {
 	LatencyUs Latency        `json:"latency_us"`
 	Errors    int64          `json:"errors"`
 	Config    map[string]any `json:"config"`
+	// Reads is the read phase of a workload that writes and then reads.
+	Reads *Result `json:"reads,omitempty"`
 	// Baseline is the same workload run on a peer system, for comparison.
 	Baseline *Result `json:"baseline,omitempty"`
 	// PhysLimit is the disk's limit measured in the same run (physlimit's JSON).
@@ -211,4 +215,9 @@ func Summary(w io.Writer, res *Result) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// quietLogger logs warnings and errors of the system under test to stderr.
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }

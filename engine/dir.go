@@ -115,6 +115,17 @@ func (d *ledgerDir) get(ledger, entry int64, dst []byte) ([]byte, error) {
 	if !found {
 		return dst, ErrNoEntry
 	}
+	sequential := false
+	if l := d.e.ledgers.get(ledger); l != nil {
+		sequential = l.lastRead.Swap(entry) == entry-1
+	}
+	if !sequential || d.e.cfg.ReadAheadBatchSize == 0 {
+		out, err := d.log.Read(loc, ledger, entry, dst)
+		if err != nil {
+			return dst, fmt.Errorf("%w: %w", ErrIO, err)
+		}
+		return out, nil
+	}
 	return d.readFromLog(ledger, entry, loc, dst)
 }
 
@@ -137,6 +148,8 @@ func (d *ledgerDir) getCached(ledger, entry int64, dst []byte) ([]byte, bool) {
 // readAheadBytes bounds one read-ahead.
 const readAheadBytes = 1 << 20
 
+// readFromLog reads the entry and the ones after it in the same ledger (they lie together: a
+// flush writes each ledger's entries in order) into the read cache.
 func (d *ledgerDir) readFromLog(ledger, entry int64, loc uint64, dst []byte) ([]byte, error) {
 	found := false
 	count := 0

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -43,7 +42,7 @@ type Engine struct {
 
 	addOps sync.Pool
 
-	stats Stats
+	counters counters
 
 	// checkpointHook, set by tests only, runs after each checkpoint step; an error stops the
 	// checkpoint there, as a crash would.
@@ -73,14 +72,57 @@ func (e *Engine) hook(step checkpointStep) error {
 	return err
 }
 
-// Stats are the engine's counters.
-type Stats struct {
-	Checkpoints     atomic.Uint64
-	CheckpointNanos atomic.Uint64
-	Adds            atomic.Uint64
-	Reads           atomic.Uint64
-	ReadCacheHits   atomic.Uint64
+type counters struct {
+	checkpoints     atomic.Uint64
+	checkpointNanos atomic.Uint64
+	adds            atomic.Uint64
+	reads           atomic.Uint64
+	readCacheHits   atomic.Uint64
 }
+
+// Stats is a snapshot of the engine's counters, summed over ledger dirs.
+type Stats struct {
+	Checkpoints       uint64
+	CheckpointSeconds float64
+	Adds              uint64
+	Reads             uint64
+	ReadCacheHits     uint64
+	Flushes           uint64
+	FlushedEntries    uint64
+	FlushedBytes      uint64
+	FlushSeconds      float64
+	ThrottledAdds     uint64
+	RejectedAdds      uint64
+	// WriteCacheBytes is the bytes held by the active write-cache halves; WriteCacheCapacity
+	// their total capacity (both halves).
+	WriteCacheBytes    int64
+	WriteCacheCapacity int64
+}
+
+// Stats returns a snapshot of the counters.
+func (e *Engine) Stats() Stats {
+	s := Stats{
+		Checkpoints:       e.counters.checkpoints.Load(),
+		CheckpointSeconds: float64(e.counters.checkpointNanos.Load()) / 1e9,
+		Adds:              e.counters.adds.Load(),
+		Reads:             e.counters.reads.Load(),
+		ReadCacheHits:     e.counters.readCacheHits.Load(),
+	}
+	for _, d := range e.dirs {
+		s.Flushes += d.stats.flushes.Load()
+		s.FlushedEntries += d.stats.flushedItems.Load()
+		s.FlushedBytes += d.stats.flushedBytes.Load()
+		s.FlushSeconds += float64(d.stats.flushNanos.Load()) / 1e9
+		s.ThrottledAdds += d.stats.throttledAdds.Load()
+		s.RejectedAdds += d.stats.rejectedAdds.Load()
+		s.WriteCacheBytes += d.active.Load().bytes.Load()
+		s.WriteCacheCapacity += d.halves[0].capacity + d.halves[1].capacity
+	}
+	return s
+}
+
+// Journals returns the engine's journals (for their statistics).
+func (e *Engine) Journals() *journal.Set { return e.journals }
 
 // Open starts the engine: it checks cookies, opens entry logs and indexes, loads ledger
 // states, replays every journal from its persisted mark, opens the journals for writing and runs
@@ -289,7 +331,7 @@ func (e *Engine) Add(masterKey, stored []byte, recovery bool, done func(ctx any,
 		e.addOps.Put(op)
 		return fmt.Errorf("%w: journal: %w", ErrIO, err)
 	}
-	e.stats.Adds.Add(1)
+	e.counters.adds.Add(1)
 	return nil
 }
 
@@ -441,7 +483,7 @@ func (e *Engine) Read(ledgerID, entryID int64, dst []byte) ([]byte, error) {
 		}
 		entryID = last
 	}
-	e.stats.Reads.Add(1)
+	e.counters.reads.Add(1)
 	return d.get(ledgerID, entryID, dst)
 }
 
@@ -453,7 +495,7 @@ func (e *Engine) ReadCached(ledgerID, entryID int64, dst []byte) (out []byte, fo
 	}
 	out, found = e.dir(ledgerID).getCached(ledgerID, entryID, dst)
 	if found {
-		e.stats.ReadCacheHits.Add(1)
+		e.counters.readCacheHits.Add(1)
 	}
 	return out, found
 }
@@ -586,8 +628,8 @@ func (e *Engine) Checkpoint() error {
 	if err := e.hook(stepJournalsCollected); err != nil {
 		return err
 	}
-	e.stats.Checkpoints.Add(1)
-	e.stats.CheckpointNanos.Add(uint64(time.Since(start)))
+	e.counters.checkpoints.Add(1)
+	e.counters.checkpointNanos.Add(uint64(time.Since(start)))
 	return nil
 }
 
@@ -607,5 +649,3 @@ func (e *Engine) Close() error {
 	})
 	return err
 }
-
-var _ = context.Background

@@ -13,6 +13,9 @@ type ledgerInfo struct {
 	// masterKey is immutable once the ledger exists.
 	masterKey []byte
 	fenced    atomic.Bool
+	// lastRead is the last entry read from disk: the next read of lastRead+1 is sequential and
+	// reads ahead; any other read fetches only the blocks of its entry.
+	lastRead atomic.Int64
 	// keyReady is closed once the ledger-key record is queued in the journal, so that no data
 	// record of the ledger can precede it there.
 	keyReady chan struct{}

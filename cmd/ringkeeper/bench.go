@@ -19,7 +19,7 @@ func benchCommand() *cobra.Command {
 		Use:   "bench",
 		Short: "Run a benchmark workload",
 	}
-	cmd.AddCommand(benchJournalCommand())
+	cmd.AddCommand(benchJournalCommand(), benchStorageCommand())
 	return cmd
 }
 
@@ -117,6 +117,77 @@ MB means 10^6 bytes of entry payload.`,
 	f.Int64Var(&maxFileMB, "max-file-mb", o.MaxFileSize>>20, "journalMaxSizeMB")
 	f.IntVar(&o.MaxBackups, "max-backups", o.MaxBackups, "journalMaxBackups: old files kept behind the mark")
 	f.IntVar(&o.MaxRecycled, "max-recycled", o.MaxRecycled, "old files kept for reuse")
+	out.register(f)
+	return cmd
+}
+
+func benchStorageCommand() *cobra.Command {
+	o := bench.DefaultStorageOptions()
+	var out output
+	var engine string
+	var maxFileMB, cacheMB int64
+	cmd := &cobra.Command{
+		Use:   "storage",
+		Short: "Adds through the whole storage engine (journal, write cache, checkpoints), then cold reads",
+		Long: `Adds entries through the storage engine with journal, write cache and checkpoints running
+(entries flushed to entry logs and the index), with the same flags as bench journal. With --read,
+it then closes and reopens the engine, so that no cache holds anything, and reads entries back from
+the entry logs (O_DIRECT) with --read-outstanding reads in flight.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if o.Engine, err = diskio.ParseEngine(engine); err != nil {
+				return err
+			}
+			o.MaxFileSize = maxFileMB << 20
+			o.WriteCacheSize = cacheMB << 20
+			o.Progress = out.progress()
+			phys, err := out.measure(cmd.Context(), o.LedgerDirs[0])
+			if err != nil {
+				return err
+			}
+			adds, reads, err := bench.RunStorage(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			if reads == nil {
+				return out.result(adds, phys)
+			}
+			if !out.json {
+				if err := out.result(adds, phys); err != nil {
+					return err
+				}
+				return out.result(reads, phys)
+			}
+			// One JSON object: the adds, with the reads as a nested result.
+			if phys != nil {
+				reads.PhysLimit = phys
+				reads.Ratios = bench.PhysRatios(reads)
+			}
+			adds.Reads = reads
+			return out.result(adds, phys)
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&o.JournalDirs, "journal-dir", o.JournalDirs, "journal directory (repeatable)")
+	f.StringSliceVar(&o.LedgerDirs, "ledger-dir", o.LedgerDirs, "ledger directory (repeatable)")
+	f.IntVar(&o.Writers, "writers", o.Writers, "writer goroutines")
+	f.IntVar(&o.Outstanding, "outstanding", o.Outstanding, "adds in flight per writer")
+	f.IntVar(&o.EntrySize, "entry-size", o.EntrySize, "entry payload size in bytes")
+	f.IntVar(&o.Ledgers, "ledgers", o.Ledgers, "number of ledgers")
+	f.Float64Var(&o.Rate, "rate", o.Rate, "total adds per second (0 = closed loop)")
+	f.DurationVar(&o.Duration, "duration", o.Duration, "measured duration of the adds")
+	f.DurationVar(&o.Warmup, "warmup", o.Warmup, "unmeasured warm-up")
+	f.BoolVar(&o.Sync, "sync", o.Sync, "journalSyncData")
+	f.DurationVar(&o.GroupWait, "group-wait", o.GroupWait, "journalMaxGroupWaitMSec")
+	f.IntVar(&o.GroupBytes, "group-bytes", o.GroupBytes, "journalBufferedWritesThreshold")
+	f.IntVar(&o.PipelineDepth, "pipeline-depth", o.PipelineDepth, "journal groups written and synced at once")
+	f.StringVar(&engine, "engine", "auto", "I/O engine: auto, io_uring or psync")
+	f.Int64Var(&maxFileMB, "max-file-mb", o.MaxFileSize>>20, "journalMaxSizeMB")
+	f.Int64Var(&cacheMB, "write-cache-mb", o.WriteCacheSize>>20, "dbStorage_writeCacheMaxSizeMb")
+	f.DurationVar(&o.FlushInterval, "flush-interval", o.FlushInterval, "flushInterval (checkpoint period)")
+	f.StringVar(&o.Read, "read", "", "after the adds, cold reads: random or sequential")
+	f.IntVar(&o.ReadOutstanding, "read-outstanding", o.ReadOutstanding, "reads in flight")
+	f.DurationVar(&o.ReadDuration, "read-duration", o.ReadDuration, "measured duration of the reads")
 	out.register(f)
 	return cmd
 }
