@@ -11,30 +11,86 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// writeCacheShards is the number of index shards of a write-cache half: adds on different
-// shards never contend on a lock.
+// writeCacheShards is the number of shards of a half's ledger table: adds to ledgers on
+// different shards never touch the same lock or map.
 const writeCacheShards = 64
 
 // cacheAlign is the allocation granularity: entries start on 64-byte boundaries (one cache
 // line), so concurrent copies never share a line.
 const cacheAlign = 64
 
+// maxDenseGap bounds how far past a ledger's dense index an entry may land and still be stored
+// densely (the gap is filled with absent slots); entries further out go to the sparse map.
+const maxDenseGap = 4096
+
 // entryKey identifies an entry.
 type entryKey struct{ ledger, entry int64 }
 
-// cacheSlot locates an entry inside a half's memory.
+// cacheSlot locates an entry inside a half's memory; length < 0 marks an absent entry.
 type cacheSlot struct {
 	offset int64
 	length int32
 }
 
+// ledgerSlots indexes one ledger's entries in a half. A ledger's entries mostly arrive in
+// order, so they go into a dense slice indexed by entry-first: appends touch consecutive memory,
+// lookups are one index, and a flush reads them already sorted. Entries far out of order go to
+// a small map.
+type ledgerSlots struct {
+	// mu guards the fields below.
+	mu     sync.Mutex
+	id     int64
+	first  int64
+	dense  []cacheSlot
+	sparse map[int64]cacheSlot
+	last   int64
+}
+
+func (ls *ledgerSlots) set(entry int64, s cacheSlot) (old cacheSlot, replaced bool) {
+	if len(ls.dense) == 0 && len(ls.sparse) == 0 {
+		ls.first, ls.last = entry, entry
+	}
+	ls.last = max(ls.last, entry)
+	i := entry - ls.first
+	switch {
+	case i >= 0 && i < int64(len(ls.dense)):
+		old = ls.dense[i]
+		ls.dense[i] = s
+		return old, old.length >= 0
+	case i >= int64(len(ls.dense)) && i-int64(len(ls.dense)) <= maxDenseGap:
+		for int64(len(ls.dense)) < i {
+			ls.dense = append(ls.dense, cacheSlot{length: -1})
+		}
+		ls.dense = append(ls.dense, s)
+		return old, false
+	}
+	if ls.sparse == nil {
+		ls.sparse = make(map[int64]cacheSlot)
+	}
+	old, replaced = ls.sparse[entry]
+	ls.sparse[entry] = s
+	return old, replaced
+}
+
+func (ls *ledgerSlots) get(entry int64) (cacheSlot, bool) {
+	if i := entry - ls.first; i >= 0 && i < int64(len(ls.dense)) {
+		s := ls.dense[i]
+		return s, s.length >= 0
+	}
+	s, ok := ls.sparse[entry]
+	return s, ok
+}
+
+func (ls *ledgerSlots) reset() {
+	ls.dense = ls.dense[:0]
+	clear(ls.sparse)
+}
+
 type cacheShard struct {
-	// mu guards entries and last.
-	mu      sync.Mutex
-	entries map[entryKey]cacheSlot
-	// last is the highest entry id per ledger (ledgers sharded by ledger id alone).
-	last map[int64]int64
-	_    [40]byte // keep shards on separate cache lines
+	// mu guards ledgers.
+	mu      sync.RWMutex
+	ledgers map[int64]*ledgerSlots
+	_       [40]byte // keep shards on separate cache lines
 }
 
 // cacheHalf is one half of the write cache: preallocated segments with lock-free bump
@@ -58,6 +114,10 @@ type cacheHalf struct {
 	// payload from this half's memory, so the half is not reset while any is pending.
 	pendingJournal sync.WaitGroup
 	shards         [writeCacheShards]cacheShard
+	// spare holds ledgerSlots of ledgers flushed earlier, reused so that steady-state adds do
+	// not allocate (guarded by spareMu).
+	spareMu sync.Mutex
+	spare   []*ledgerSlots
 	// readers guards the memory against reset while a read copies from it: reads hold RLock,
 	// reset holds Lock. Adds do not use it.
 	readers sync.RWMutex
@@ -71,20 +131,18 @@ func newCacheHalf(size, segSize int64) *cacheHalf {
 	h := &cacheHalf{segSize: segSize, capacity: n * segSize}
 	h.segments = make([][]byte, n)
 	for i := range h.segments {
-		h.segments[i] = make([]byte, segSize)
+		seg := make([]byte, segSize)
+		// Touch every page now: a first write to a fresh page is a page fault, which would
+		// otherwise land on the add path.
+		for p := 0; p < len(seg); p += 4096 {
+			seg[p] = 1
+		}
+		h.segments[i] = seg
 	}
 	for i := range h.shards {
-		h.shards[i].entries = make(map[entryKey]cacheSlot)
-		h.shards[i].last = make(map[int64]int64)
+		h.shards[i].ledgers = make(map[int64]*ledgerSlots)
 	}
 	return h
-}
-
-func shardOf(ledger, entry int64) int {
-	var b [16]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(ledger))
-	binary.LittleEndian.PutUint64(b[8:], uint64(entry))
-	return int(xxhash.Sum64(b[:]) % writeCacheShards)
 }
 
 func ledgerShardOf(ledger int64) int {
@@ -136,16 +194,9 @@ func (h *cacheHalf) put(ledger, entry int64, data []byte, journaled bool) ([]byt
 	if journaled {
 		h.pendingJournal.Add(1)
 	}
-	s := &h.shards[shardOf(ledger, entry)]
-	s.mu.Lock()
-	old, replaced := s.entries[entryKey{ledger, entry}]
-	s.entries[entryKey{ledger, entry}] = cacheSlot{offset: off, length: int32(len(data))}
-	s.mu.Unlock()
-	ls := &h.shards[ledgerShardOf(ledger)]
+	ls := h.slots(ledger)
 	ls.mu.Lock()
-	if last, ok := ls.last[ledger]; !ok || entry > last {
-		ls.last[ledger] = entry
-	}
+	old, replaced := ls.set(entry, cacheSlot{offset: off, length: int32(len(data))})
 	ls.mu.Unlock()
 	if replaced {
 		h.bytes.Add(int64(len(data)) - int64(old.length))
@@ -156,12 +207,51 @@ func (h *cacheHalf) put(ledger, entry int64, data []byte, journaled bool) ([]byt
 	return mem, true
 }
 
+// slots returns the ledger's index in the half, creating it if needed.
+func (h *cacheHalf) slots(ledger int64) *ledgerSlots {
+	s := &h.shards[ledgerShardOf(ledger)]
+	s.mu.RLock()
+	ls := s.ledgers[ledger]
+	s.mu.RUnlock()
+	if ls != nil {
+		return ls
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ls = s.ledgers[ledger]; ls != nil {
+		return ls
+	}
+	h.spareMu.Lock()
+	if n := len(h.spare); n > 0 {
+		ls = h.spare[n-1]
+		h.spare = h.spare[:n-1]
+	}
+	h.spareMu.Unlock()
+	if ls == nil {
+		ls = &ledgerSlots{}
+	}
+	ls.id = ledger
+	s.ledgers[ledger] = ls
+	return ls
+}
+
+// lookup returns the ledger's index in the half, or nil.
+func (h *cacheHalf) lookup(ledger int64) *ledgerSlots {
+	s := &h.shards[ledgerShardOf(ledger)]
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.ledgers[ledger]
+}
+
 // get appends the entry to dst. The caller holds h.readers.RLock.
 func (h *cacheHalf) get(ledger, entry int64, dst []byte) ([]byte, bool) {
-	s := &h.shards[shardOf(ledger, entry)]
-	s.mu.Lock()
-	slot, ok := s.entries[entryKey{ledger, entry}]
-	s.mu.Unlock()
+	ls := h.lookup(ledger)
+	if ls == nil {
+		return dst, false
+	}
+	ls.mu.Lock()
+	slot, ok := ls.get(entry)
+	ls.mu.Unlock()
 	if !ok {
 		return dst, false
 	}
@@ -170,11 +260,13 @@ func (h *cacheHalf) get(ledger, entry int64, dst []byte) ([]byte, bool) {
 
 // lastEntry returns the highest entry of ledger in the half. The caller holds h.readers.RLock.
 func (h *cacheHalf) lastEntry(ledger int64) (int64, bool) {
-	s := &h.shards[ledgerShardOf(ledger)]
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.last[ledger]
-	return e, ok
+	ls := h.lookup(ledger)
+	if ls == nil {
+		return 0, false
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.last, len(ls.dense) > 0 || len(ls.sparse) > 0
 }
 
 // seal stops new adds and waits until adds in progress have finished.
@@ -192,21 +284,33 @@ type sortedEntry struct {
 }
 
 // sorted appends the half's entries to dst sorted by (ledger, entry). The half must be sealed.
+// Dense indexes are already in order: only ledgers and sparse entries are sorted.
 func (h *cacheHalf) sorted(dst []sortedEntry) []sortedEntry {
+	var ledgers []*ledgerSlots
 	for i := range h.shards {
 		s := &h.shards[i]
-		s.mu.Lock()
-		for k, v := range s.entries {
-			dst = append(dst, sortedEntry{k, v})
+		s.mu.RLock()
+		for _, ls := range s.ledgers {
+			ledgers = append(ledgers, ls)
 		}
-		s.mu.Unlock()
+		s.mu.RUnlock()
 	}
-	slices.SortFunc(dst, func(a, b sortedEntry) int {
-		if c := cmp.Compare(a.key.ledger, b.key.ledger); c != 0 {
-			return c
+	slices.SortFunc(ledgers, func(a, b *ledgerSlots) int { return cmp.Compare(a.id, b.id) })
+	for _, ls := range ledgers {
+		start := len(dst)
+		for i, slot := range ls.dense {
+			if slot.length >= 0 {
+				dst = append(dst, sortedEntry{entryKey{ls.id, ls.first + int64(i)}, slot})
+			}
 		}
-		return cmp.Compare(a.key.entry, b.key.entry)
-	})
+		if len(ls.sparse) == 0 {
+			continue
+		}
+		for e, slot := range ls.sparse {
+			dst = append(dst, sortedEntry{entryKey{ls.id, e}, slot})
+		}
+		slices.SortFunc(dst[start:], func(a, b sortedEntry) int { return cmp.Compare(a.key.entry, b.key.entry) })
+	}
 	return dst
 }
 
@@ -214,13 +318,18 @@ func (h *cacheHalf) sorted(dst []sortedEntry) []sortedEntry {
 func (h *cacheHalf) reset() {
 	h.pendingJournal.Wait()
 	h.readers.Lock()
+	h.spareMu.Lock()
 	for i := range h.shards {
 		s := &h.shards[i]
 		s.mu.Lock()
-		clear(s.entries)
-		clear(s.last)
+		for _, ls := range s.ledgers {
+			ls.reset()
+			h.spare = append(h.spare, ls)
+		}
+		clear(s.ledgers)
 		s.mu.Unlock()
 	}
+	h.spareMu.Unlock()
 	h.offset.Store(0)
 	h.count.Store(0)
 	h.bytes.Store(0)
@@ -233,16 +342,22 @@ func (h *cacheHalf) empty() bool { return h.count.Load() == 0 }
 
 // removeLedger drops a deleted ledger's entries (they stay in memory until reset).
 func (h *cacheHalf) removeLedger(ledger int64) {
-	for i := range h.shards {
-		s := &h.shards[i]
-		s.mu.Lock()
-		for k := range s.entries {
-			if k.ledger == ledger {
-				delete(s.entries, k)
-				h.count.Add(-1)
-			}
-		}
-		delete(s.last, ledger)
-		s.mu.Unlock()
+	s := &h.shards[ledgerShardOf(ledger)]
+	s.mu.Lock()
+	ls := s.ledgers[ledger]
+	delete(s.ledgers, ledger)
+	s.mu.Unlock()
+	if ls == nil {
+		return
 	}
+	ls.mu.Lock()
+	n := len(ls.sparse)
+	for _, slot := range ls.dense {
+		if slot.length >= 0 {
+			n++
+		}
+	}
+	ls.reset()
+	ls.mu.Unlock()
+	h.count.Add(-int64(n))
 }
