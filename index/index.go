@@ -60,11 +60,13 @@ func Open(cfg Config) (*Index, error) {
 	for i := range opts.Levels {
 		l := &opts.Levels[i]
 		l.BlockSize = cfg.BlockSize
-		l.IndexBlockSize = 256 << 10
 		if cfg.BloomBitsPerKey > 0 {
 			l.FilterPolicy = bloom.FilterPolicy(cfg.BloomBitsPerKey)
 		}
 	}
+	// Values are 8-byte locations and keys are prefix-compressed already: block compression
+	// saves little and costs a decode on every cold lookup.
+	opts.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
 	db, err := pebble.Open(cfg.Dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("index: open %s: %w", cfg.Dir, wrapPebble(err))
