@@ -42,6 +42,10 @@ type Config struct {
 	// <ledgerDir>/current/index: for tests whose ledger dirs are in memory.
 	IndexDir string
 
+	// RequireExistingCookies refuses to start when no dir has a cookie: set by the bookie when
+	// the metadata store holds a cookie for it, so wiped disks are noticed.
+	RequireExistingCookies bool
+
 	// InstanceID is the cluster's instance id, written into cookies.
 	InstanceID string
 	// BookieID is this bookie's id (host:port), written into cookies.

@@ -98,7 +98,7 @@ func (c Cookie) diff(want Cookie) string {
 
 // checkCookies verifies the cookie of every dir against want. With no cookie anywhere it
 // writes them (a new bookie) and reports created. Any other mix is an error that says what to do.
-func checkCookies(fs diskio.FS, dirs []string, want Cookie) (created bool, err error) {
+func checkCookies(fs diskio.FS, dirs []string, want Cookie, requireExisting bool) (created bool, err error) {
 	var missing, present []string
 	for _, dir := range dirs {
 		path := filepath.Join(dir, currentDir, cookieFile)
@@ -129,6 +129,12 @@ func checkCookies(fs diskio.FS, dirs []string, want Cookie) (created bool, err e
 	}
 	if len(missing) == 0 {
 		return false, nil
+	}
+	if requireExisting {
+		return false, fmt.Errorf("%w: none of the directories %v has a cookie, but the metadata store holds one "+
+			"for bookie %s: its disks were wiped or replaced. The bookie refuses to serve them as empty. Restore the "+
+			"data, or decommission the bookie (delete its cookie from the metadata store once its ledgers are "+
+			"re-replicated) and start it as new", ErrCookie, dirs, want.BookieID)
 	}
 	for _, dir := range dirs {
 		cur := filepath.Join(dir, currentDir)

@@ -31,6 +31,8 @@ type Engine struct {
 	ledgers    *ledgerTable
 
 	readOnly atomic.Bool
+	// diskFull refuses every add: below the space needed even for recovery adds.
+	diskFull atomic.Bool
 	// failed holds the sticky storage error (a failed flush or journal): adds fail with it.
 	failed atomic.Pointer[error]
 
@@ -146,13 +148,8 @@ func Open(cfg Config) (*Engine, error) {
 		op.entry.Done = addJournaled
 		return op
 	}
-	want := Cookie{
-		BookieID:   cfg.BookieID,
-		JournalDir: strings.Join(cfg.JournalDirs, ","),
-		LedgerDirs: cfg.LedgerDirs,
-		InstanceID: cfg.InstanceID,
-	}
-	created, err := checkCookies(e.fs, append(append([]string(nil), cfg.JournalDirs...), cfg.LedgerDirs...), want)
+	want := e.Cookie()
+	created, err := checkCookies(e.fs, append(append([]string(nil), cfg.JournalDirs...), cfg.LedgerDirs...), want, cfg.RequireExistingCookies)
 	if err != nil {
 		return nil, err
 	}
@@ -261,6 +258,10 @@ func (e *Engine) fail(err error) {
 // written while space remains.
 func (e *Engine) SetReadOnly(ro bool) { e.readOnly.Store(ro) }
 
+// SetDiskFull refuses every add (ErrReadOnly), recovery adds included, while the disk has
+// less free space than even they may use.
+func (e *Engine) SetDiskFull(full bool) { e.diskFull.Store(full) }
+
 // ReadOnly reports whether the engine is in read-only mode.
 func (e *Engine) ReadOnly() bool { return e.readOnly.Load() }
 
@@ -310,6 +311,9 @@ func (e *Engine) Add(masterKey, stored []byte, recovery bool, done func(ctx any,
 	}
 	if err := e.Err(); err != nil {
 		return err
+	}
+	if e.diskFull.Load() {
+		return fmt.Errorf("%w: the disk is full", ErrReadOnly)
 	}
 	l, err := e.ledgerForWrite(ledgerID, masterKey)
 	if err != nil {
@@ -648,4 +652,33 @@ func (e *Engine) Close() error {
 		err = errors.Join(jerr, cerr, e.closeDirs())
 	})
 	return err
+}
+
+// Cookie is the cookie the engine's directories hold.
+func (e *Engine) Cookie() Cookie {
+	return Cookie{
+		BookieID:   e.cfg.BookieID,
+		JournalDir: strings.Join(e.cfg.JournalDirs, ","),
+		LedgerDirs: e.cfg.LedgerDirs,
+		InstanceID: e.cfg.InstanceID,
+	}
+}
+
+// Usage reports the fullest file system among the journal and ledger dirs: its used fraction,
+// and the free bytes and total bytes of the ledger dirs (for placement).
+func (e *Engine) Usage() (worst float64, ledgerFree, ledgerTotal uint64, err error) {
+	for i, dir := range append(append([]string(nil), e.cfg.LedgerDirs...), e.cfg.JournalDirs...) {
+		total, free, err := e.fs.Usage(dir)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if total > 0 {
+			worst = max(worst, 1-float64(free)/float64(total))
+		}
+		if i < len(e.cfg.LedgerDirs) {
+			ledgerFree += free
+			ledgerTotal += total
+		}
+	}
+	return worst, ledgerFree, ledgerTotal, nil
 }

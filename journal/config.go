@@ -106,6 +106,10 @@ type Config struct {
 	SkipInvalidRecords bool
 	// Logger receives warnings; nil means slog.Default().
 	Logger *slog.Logger
+	// OnGroup, if set, is called for every durable group (on the sequencer goroutine: it must
+	// be quick) with its record count, its size on disk and the time from submission to
+	// completion of its write and sync. The bookie feeds its metrics with it.
+	OnGroup func(records, bytes int, syncLatency time.Duration)
 }
 
 // DefaultConfig returns the defaults for a journal in dir.

@@ -298,8 +298,12 @@ func (j *Journal) finish(g *group) {
 	if err == nil {
 		if g.synced && !g.fileEnd {
 			j.advanceMark(Mark{FileID: g.file.id, Offset: g.end})
+			latency := nanotime() - g.submitNs
 			j.stats.Syncs.Add(1)
-			j.stats.SyncNanos.Add(uint64(nanotime() - g.submitNs))
+			j.stats.SyncNanos.Add(uint64(latency))
+			if j.cfg.OnGroup != nil {
+				j.cfg.OnGroup(len(g.entries), int(g.end-g.start), time.Duration(latency))
+			}
 		}
 		j.stats.Groups.Add(1)
 		j.stats.Entries.Add(uint64(len(g.entries)))

@@ -1,0 +1,325 @@
+package bookie
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringkeeper/ringkeeper/engine"
+	"github.com/ringkeeper/ringkeeper/metadata"
+	_ "github.com/ringkeeper/ringkeeper/metadata/etcd" // the etcd:// driver
+	"github.com/ringkeeper/ringkeeper/net/protocol"
+	"github.com/ringkeeper/ringkeeper/net/server"
+)
+
+// Bookie is one running bookie: storage engine, network server, registration in the metadata
+// store, disk checker, metrics and admin HTTP.
+type Bookie struct {
+	cfg      Config
+	log      *slog.Logger
+	id       string
+	md       metadata.Driver
+	eng      *engine.Engine
+	srv      *server.Server
+	reg      metadata.Registration
+	registry *prometheus.Registry
+	http     *http.Server
+	httpAddr string
+	metrics  *metrics
+
+	// state guards registration updates: the disk checker and admin calls move the bookie
+	// between writable and read-only.
+	stateMu  sync.Mutex
+	readOnly atomic.Bool
+	// forcedReadOnly is set by an operator: the disk checker does not turn it writable.
+	forcedReadOnly atomic.Bool
+
+	stop    chan struct{}
+	done    sync.WaitGroup
+	closeMu sync.Mutex
+	closed  bool
+}
+
+// ID returns the bookie id (host:port).
+func (b *Bookie) ID() string { return b.id }
+
+// Addr is the address of the plaintext port.
+func (b *Bookie) Addr() net.Addr { return b.srv.Addr() }
+
+// TLSAddr is the address of the TLS port, or nil.
+func (b *Bookie) TLSAddr() net.Addr { return b.srv.TLSAddr() }
+
+// HTTPAddr is the address of the metrics and admin HTTP server, or "".
+func (b *Bookie) HTTPAddr() string { return b.httpAddr }
+
+// Engine returns the storage engine.
+func (b *Bookie) Engine() *engine.Engine { return b.eng }
+
+// ErrorCode maps storage errors to BookKeeper return codes.
+func ErrorCode(err error) protocol.ReturnCode {
+	switch {
+	case errors.Is(err, engine.ErrNoLedger):
+		return protocol.ENOLEDGER
+	case errors.Is(err, engine.ErrNoEntry):
+		return protocol.ENOENTRY
+	case errors.Is(err, engine.ErrUnauthorized):
+		return protocol.EUA
+	case errors.Is(err, engine.ErrFenced):
+		return protocol.EFENCED
+	case errors.Is(err, engine.ErrTooManyRequests):
+		return protocol.ETOOMANYREQUESTS
+	case errors.Is(err, engine.ErrReadOnly):
+		return protocol.EREADONLY
+	case errors.Is(err, engine.ErrBadEntry):
+		return protocol.EBADREQ
+	}
+	return protocol.EIO
+}
+
+// Start brings a bookie up: it connects to the metadata store, checks cookies (local and in
+// the store), opens the engine (which replays the journal and checkpoints), starts serving,
+// and only then registers as writable (or read-only if the disk is full).
+func Start(ctx context.Context, cfg Config) (_ *Bookie, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	b := &Bookie{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), registry: prometheus.NewRegistry()}
+	defer func() {
+		if err != nil {
+			b.Close(context.Background())
+		}
+	}()
+	if b.id, err = bookieID(cfg); err != nil {
+		return nil, err
+	}
+	b.log = b.log.With("bookie", b.id)
+	if b.md, err = metadata.Open(ctx, cfg.MetadataServiceURI, metadata.Options{Logger: b.log}); err != nil {
+		return nil, err
+	}
+	instance, err := b.md.InstanceID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stored, version, err := b.md.Cookies().Read(ctx, b.id)
+	if err != nil && !errors.Is(err, metadata.ErrNoSuchCookie) {
+		return nil, err
+	}
+	hasStored := err == nil
+
+	b.metrics = newMetrics(b.registry)
+	ecfg := cfg.Engine
+	ecfg.BookieID, ecfg.InstanceID = b.id, instance
+	ecfg.RequireExistingCookies = hasStored
+	ecfg.Logger = b.log
+	ecfg.Journal.OnGroup = b.metrics.observeGroup
+	if b.eng, err = engine.Open(ecfg); err != nil {
+		return nil, err
+	}
+	b.metrics.registerEngine(b.registry, b.eng)
+	cookie := b.eng.Cookie().Encode()
+	if !hasStored {
+		if _, err := b.md.Cookies().Write(ctx, b.id, cookie, metadata.NoVersion); err != nil {
+			return nil, fmt.Errorf("bookie: store cookie: %w", err)
+		}
+	} else if string(stored) != string(cookie) {
+		local, _ := engine.ParseCookie(cookie)
+		remote, perr := engine.ParseCookie(stored)
+		if perr != nil || local.InstanceID != remote.InstanceID || local.BookieID != remote.BookieID {
+			return nil, fmt.Errorf("%w: the metadata store's cookie for %s (version %d) does not match the local one; "+
+				"this bookie id belongs to another bookie or cluster", engine.ErrCookie, b.id, version)
+		}
+		// Same bookie, changed directory list on a compatible layout: record the new one.
+		if _, err := b.md.Cookies().Write(ctx, b.id, cookie, version); err != nil {
+			return nil, fmt.Errorf("bookie: update cookie: %w", err)
+		}
+	}
+
+	scfg := cfg.Server
+	scfg.Addr = net.JoinHostPort(cfg.ListenAddress, strconv.Itoa(cfg.BookiePort))
+	if cfg.TLSPort != 0 {
+		scfg.TLSAddr = net.JoinHostPort(cfg.ListenAddress, strconv.Itoa(cfg.TLSPort))
+		if scfg.TLSConfig, err = server.LoadTLSConfig(cfg.TLSCertificatePath, cfg.TLSKeyPath, cfg.TLSTrustStorePath, cfg.TLSClientAuthentication); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.AuthToken != "" {
+		scfg.Auth = server.NewTokenAuth("", []byte(cfg.AuthToken))
+	}
+	scfg.ErrorCode = ErrorCode
+	scfg.Logger = b.log
+	scfg.Metrics = server.NewMetrics(b.registry)
+	if b.srv, err = server.New(scfg, b.eng); err != nil {
+		return nil, err
+	}
+	if err := b.srv.Start(); err != nil {
+		return nil, fmt.Errorf("bookie: listen on %s: %w", scfg.Addr, err)
+	}
+	if cfg.PrometheusStatsHTTPPort != 0 {
+		if err := b.startHTTP(); err != nil {
+			return nil, err
+		}
+	}
+	b.checkDisk() // the first state is known before registering
+	info := b.info()
+	if b.reg, err = b.md.Bookies().Register(ctx, info, cfg.RegistrationTTL); err != nil {
+		return nil, fmt.Errorf("bookie: register: %w", err)
+	}
+	b.done.Go(b.runDiskChecker)
+	b.log.Info("bookie ready", "addr", b.srv.Addr().String(), "state", info.State, "ledgers", b.eng.Ledgers())
+	return b, nil
+}
+
+// bookieID is bookieId, or advertisedAddress (or this host's address) with bookiePort.
+func bookieID(cfg Config) (string, error) {
+	if cfg.BookieID != "" {
+		return cfg.BookieID, metadata.ValidateBookieID(cfg.BookieID)
+	}
+	host := cfg.AdvertisedAddress
+	if host == "" {
+		host = cfg.ListenAddress
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = localAddress()
+	}
+	id := net.JoinHostPort(host, strconv.Itoa(cfg.BookiePort))
+	return id, metadata.ValidateBookieID(id)
+}
+
+// localAddress is the first non-loopback IPv4 address, else 127.0.0.1.
+func localAddress() string {
+	addrs, err := net.InterfaceAddrs()
+	if err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
+				return ipn.IP.String()
+			}
+		}
+	}
+	return "127.0.0.1"
+}
+
+func (b *Bookie) info() metadata.BookieInfo {
+	_, free, total, _ := b.eng.Usage()
+	state := metadata.BookieWritable
+	if b.readOnly.Load() {
+		state = metadata.BookieReadOnly
+	}
+	host, port, _ := net.SplitHostPort(b.id)
+	p, _ := strconv.Atoi(port)
+	eps := []metadata.Endpoint{{ID: "bookie", Protocol: "bookie-rpc", Host: host, Port: p}}
+	if a := b.srv.TLSAddr(); a != nil {
+		eps = append(eps, metadata.Endpoint{ID: "bookie-tls", Protocol: "bookie-rpc+tls", Host: host, Port: a.(*net.TCPAddr).Port})
+	}
+	if b.httpAddr != "" {
+		_, hp, _ := net.SplitHostPort(b.httpAddr)
+		n, _ := strconv.Atoi(hp)
+		eps = append(eps, metadata.Endpoint{ID: "http", Protocol: "http", Host: host, Port: n})
+	}
+	return metadata.BookieInfo{ID: b.id, State: state, Endpoints: eps, FreeDiskBytes: free, TotalDiskBytes: total}
+}
+
+// checkDisk applies the disk thresholds: read-only above diskUsageThreshold, writable again
+// below diskUsageLwmThreshold; no adds at all once free space is below one entry log.
+func (b *Bookie) checkDisk() {
+	usage, free, _, err := b.eng.Usage()
+	if err != nil {
+		b.log.Warn("disk usage check failed", "err", err)
+		return
+	}
+	b.metrics.diskUsage.Set(usage)
+	b.eng.SetDiskFull(free < uint64(b.cfg.Engine.EntryLogSizeLimit)/4)
+	switch {
+	case usage >= b.cfg.DiskUsageThreshold && !b.readOnly.Load():
+		if !b.cfg.ReadOnlyModeEnabled {
+			b.log.Error("disk full and readOnlyModeEnabled=false: refusing adds", "usage", usage)
+		}
+		b.log.Warn("disk usage above diskUsageThreshold: turning read-only", "usage", usage, "threshold", b.cfg.DiskUsageThreshold)
+		b.setReadOnly(true)
+	case usage < b.cfg.DiskUsageLwmThreshold && b.readOnly.Load() && !b.forcedReadOnly.Load():
+		b.log.Info("disk usage below diskUsageLwmThreshold: writable again", "usage", usage)
+		b.setReadOnly(false)
+	case usage >= b.cfg.DiskUsageWarnThreshold:
+		b.log.Warn("disk usage above diskUsageWarnThreshold", "usage", usage)
+	}
+}
+
+// setReadOnly switches modes and moves the registration.
+func (b *Bookie) setReadOnly(ro bool) {
+	b.stateMu.Lock()
+	defer b.stateMu.Unlock()
+	b.readOnly.Store(ro)
+	b.eng.SetReadOnly(ro)
+	if b.reg != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := b.reg.Update(ctx, b.info()); err != nil {
+			b.log.Warn("update registration", "err", err)
+		}
+	}
+}
+
+// SetReadOnly forces read-only mode on (until SetReadOnly(false)), as an operator would.
+func (b *Bookie) SetReadOnly(ro bool) {
+	b.forcedReadOnly.Store(ro)
+	b.setReadOnly(ro)
+}
+
+// ReadOnly reports the bookie's mode.
+func (b *Bookie) ReadOnly() bool { return b.readOnly.Load() }
+
+func (b *Bookie) runDiskChecker() {
+	t := time.NewTicker(b.cfg.DiskCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+			b.checkDisk()
+		}
+	}
+}
+
+// Close shuts down gracefully: deregister (clients stop choosing this bookie), stop the server
+// (in-flight requests finish within ctx), close the engine (journal drained, last checkpoint),
+// close the metadata driver.
+func (b *Bookie) Close(ctx context.Context) error {
+	b.closeMu.Lock()
+	defer b.closeMu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	close(b.stop)
+	b.done.Wait()
+	var errs []error
+	if b.reg != nil {
+		errs = append(errs, b.reg.Close(ctx))
+	}
+	if b.srv != nil {
+		errs = append(errs, b.srv.Stop(ctx))
+	}
+	if b.http != nil {
+		errs = append(errs, b.http.Shutdown(ctx))
+	}
+	if b.eng != nil {
+		errs = append(errs, b.eng.Close())
+	}
+	if b.md != nil {
+		errs = append(errs, b.md.Close())
+	}
+	return errors.Join(errs...)
+}
+

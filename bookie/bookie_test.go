@@ -1,0 +1,294 @@
+package bookie
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/engine"
+	"github.com/ringkeeper/ringkeeper/metadata"
+	"github.com/ringkeeper/ringkeeper/metadata/metadatatest"
+	"github.com/ringkeeper/ringkeeper/net/protocol"
+	"github.com/ringkeeper/ringkeeper/net/server/servertest"
+)
+
+func TestMain(m *testing.M) {
+	slog.SetDefault(slog.New(slog.DiscardHandler))
+	os.Exit(metadatatest.Main(m))
+}
+
+// testConfig is a small bookie on free ports in dir.
+func testConfig(t testing.TB, uri, dir string) Config {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.BookiePort = freePort(t)
+	cfg.ListenAddress = "127.0.0.1"
+	cfg.MetadataServiceURI = uri
+	cfg.PrometheusStatsHTTPPort = -1
+	cfg.RegistrationTTL = 2 * time.Second
+	cfg.Engine.JournalDirs = []string{filepath.Join(dir, "journal")}
+	cfg.Engine.LedgerDirs = []string{filepath.Join(dir, "ledgers")}
+	cfg.Engine.WriteCacheMaxSize = 32 << 20
+	cfg.Engine.ReadAheadCacheMaxSize = 8 << 20
+	cfg.Engine.IndexBlockCacheSize = 8 << 20
+	cfg.Engine.Journal.MaxFileSize = 64 << 20
+	cfg.Server.NumEventLoops = 2
+	return cfg
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func start(t testing.TB, cfg Config) *Bookie {
+	t.Helper()
+	b, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close(context.Background()) })
+	return b
+}
+
+func dial(t testing.TB, b *Bookie) *servertest.Client {
+	t.Helper()
+	c, err := servertest.Dial(b.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+var key = protocol.MasterKey([]byte("password"))
+
+func entry(l, e int64) []byte {
+	return servertest.Entry(l, e, e-1, bytes.Repeat([]byte{byte(l), byte(e)}, 300))
+}
+
+func TestProtocolAgainstTheRealEngine(t *testing.T) {
+	uri := metadatatest.URI(t)
+	b := start(t, testConfig(t, uri, t.TempDir()))
+	c := dial(t, b)
+	for e := int64(0); e < 20; e++ {
+		if rc, err := c.Add(key, entry(1, e), 0); err != nil || rc != protocol.EOK {
+			t.Fatalf("add %d: %v %v", e, rc, err)
+		}
+	}
+	if rc, got, err := c.Read(1, 7); err != nil || rc != protocol.EOK || !bytes.Equal(got, entry(1, 7)) {
+		t.Fatalf("read: %v %v", rc, err)
+	}
+	if rc, got, err := c.Read(1, -1); err != nil || rc != protocol.EOK || !bytes.Equal(got, entry(1, 19)) {
+		t.Fatalf("read -1: %v %v", rc, err)
+	}
+	if rc, _, err := c.Read(99, 0); err != nil || rc != protocol.ENOLEDGER {
+		t.Fatalf("missing ledger: %v %v", rc, err)
+	}
+	if rc, _, err := c.Read(1, 20); err != nil || rc != protocol.ENOENTRY {
+		t.Fatalf("missing entry: %v %v", rc, err)
+	}
+	wrong := protocol.MasterKey([]byte("wrong"))
+	if rc, err := c.Add(wrong, entry(1, 20), 0); err != nil || rc != protocol.EUA {
+		t.Fatalf("wrong key: %v %v", rc, err)
+	}
+	if rc, _, err := c.FencingRead(1, -1, wrong); err != nil || rc != protocol.EUA {
+		t.Fatalf("fence with wrong key: %v %v", rc, err)
+	}
+	rc, last, err := c.FencingRead(1, -1, key)
+	if err != nil || rc != protocol.EOK || !bytes.Equal(last, entry(1, 19)) {
+		t.Fatalf("fencing read: %v %v", rc, err)
+	}
+	if rc, err := c.Add(key, entry(1, 20), 0); err != nil || rc != protocol.EFENCED {
+		t.Fatalf("add after fence: %v %v", rc, err)
+	}
+	if rc, err := c.Add(key, entry(1, 20), protocol.FlagRecoveryAdd); err != nil || rc != protocol.EOK {
+		t.Fatalf("recovery add: %v %v", rc, err)
+	}
+	// An oversize frame closes that connection only.
+	bad := dial(t, b)
+	bad.SendRaw([]byte{0x7f, 0xff, 0xff, 0xff})
+	bad.Flush()
+	if err := bad.ExpectClosed(5 * time.Second); err != nil {
+		t.Fatalf("oversize frame: %v", err)
+	}
+	garbage := dial(t, b)
+	garbage.SendRaw([]byte{0, 0, 0, 8, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4})
+	garbage.Flush()
+	if _, err := garbage.Recv(); err == nil {
+		// EBADREQ is also a valid answer; the connection must not serve further garbage.
+		t.Log("garbage frame answered")
+	}
+	if rc, _, err := c.Read(1, 0); err != nil || rc != protocol.EOK {
+		t.Fatalf("other connection after garbage: %v %v", rc, err)
+	}
+	// Metrics are served.
+	resp, err := http.Get("http://" + b.HTTPAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := new(bytes.Buffer)
+	body.ReadFrom(resp.Body)
+	resp.Body.Close()
+	for _, name := range []string{"bookkeeper_server_ADD_ENTRY_REQUEST", "bookkeeper_server_JOURNAL_SYNC", "bookkeeper_server_WRITE_CACHE_SIZE"} {
+		if !strings.Contains(body.String(), name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+}
+
+func TestRestartKeepsDataAndRegistration(t *testing.T) {
+	uri := metadatatest.URI(t)
+	dir := t.TempDir()
+	cfg := testConfig(t, uri, dir)
+	b := start(t, cfg)
+	c := dial(t, b)
+	for e := int64(0); e < 50; e++ {
+		if rc, err := c.Add(key, entry(3, e), 0); err != nil || rc != protocol.EOK {
+			t.Fatalf("add: %v %v", rc, err)
+		}
+	}
+	md := metadatatest.Open(t, uri)
+	bookies, err := md.Bookies().List(context.Background(), metadata.ListWritable)
+	if err != nil || len(bookies) != 1 || bookies[0].ID != b.ID() {
+		t.Fatalf("registration: %v %v", bookies, err)
+	}
+	c.Close()
+	if err := b.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Graceful shutdown deregisters.
+	if bookies, _ := md.Bookies().List(context.Background(), metadata.ListAll); len(bookies) != 0 {
+		t.Fatalf("still registered after shutdown: %v", bookies)
+	}
+	b = start(t, cfg)
+	c = dial(t, b)
+	for e := int64(0); e < 50; e++ {
+		if rc, got, err := c.Read(3, e); err != nil || rc != protocol.EOK || !bytes.Equal(got, entry(3, e)) {
+			t.Fatalf("read %d after restart: %v %v", e, rc, err)
+		}
+	}
+}
+
+func TestWipedDisksAreRefused(t *testing.T) {
+	uri := metadatatest.URI(t)
+	dir := t.TempDir()
+	cfg := testConfig(t, uri, dir)
+	b := start(t, cfg)
+	b.Close(context.Background())
+	os.RemoveAll(dir)
+	_, err := Start(context.Background(), cfg)
+	if !errors.Is(err, engine.ErrCookie) {
+		t.Fatalf("start on wiped disks: %v", err)
+	}
+	t.Log(err)
+}
+
+func TestReadOnlyWhenDiskAboveThreshold(t *testing.T) {
+	uri := metadatatest.URI(t)
+	cfg := testConfig(t, uri, t.TempDir())
+	cfg.DiskCheckInterval = 50 * time.Millisecond
+	b := start(t, cfg)
+	c := dial(t, b)
+	if rc, err := c.Add(key, entry(4, 0), 0); err != nil || rc != protocol.EOK {
+		t.Fatalf("add: %v %v", rc, err)
+	}
+	// Any real disk is above a 0.1% threshold.
+	b.cfg.DiskUsageThreshold, b.cfg.DiskUsageWarnThreshold, b.cfg.DiskUsageLwmThreshold = 0.001, 0.001, 0.0005
+	deadline := time.Now().Add(5 * time.Second)
+	for !b.ReadOnly() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !b.ReadOnly() {
+		t.Fatal("bookie did not turn read-only")
+	}
+	if rc, err := c.Add(key, entry(4, 1), 0); err != nil || rc != protocol.EREADONLY {
+		t.Fatalf("add on a read-only bookie: %v %v", rc, err)
+	}
+	if rc, err := c.Add(key, entry(4, 1), protocol.FlagRecoveryAdd); err != nil || rc != protocol.EOK {
+		t.Fatalf("recovery add on a read-only bookie: %v %v", rc, err)
+	}
+	if rc, _, err := c.Read(4, 0); err != nil || rc != protocol.EOK {
+		t.Fatalf("read on a read-only bookie: %v %v", rc, err)
+	}
+	md := metadatatest.Open(t, uri)
+	ro, err := md.Bookies().List(context.Background(), metadata.ListReadOnly)
+	if err != nil || len(ro) != 1 {
+		t.Fatalf("registration not read-only: %v %v", ro, err)
+	}
+}
+
+func TestAuthToken(t *testing.T) {
+	uri := metadatatest.URI(t)
+	cfg := testConfig(t, uri, t.TempDir())
+	cfg.AuthToken = "s3cret"
+	b := start(t, cfg)
+	c := dial(t, b)
+	if rc, err := c.Add(key, entry(5, 0), 0); err != nil || rc != protocol.EUA {
+		t.Fatalf("add before auth: %v %v", rc, err)
+	}
+	if _, err := c.Auth("ringkeeper.token", []byte("s3cret")); err != nil {
+		t.Fatalf("auth: %v", err)
+	}
+	if rc, err := c.Add(key, entry(5, 0), 0); err != nil || rc != protocol.EOK {
+		t.Fatalf("add after auth: %v %v", rc, err)
+	}
+}
+
+func TestConfigFile(t *testing.T) {
+	props, err := ParseProperties(strings.NewReader(`
+# comment
+bookiePort=3999
+journalDirectories = /j1, /j2
+ledgerDirectories: /l1
+journalMaxGroupWaitMSec=1
+dbStorage_writeCacheMaxSizeMb=64
+journalSyncData=false
+someUnknownKey=1
+zkServers=localhost:2181
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	warnings, err := cfg.Apply(props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "someUnknownKey") {
+		t.Fatalf("warnings %v", warnings)
+	}
+	if cfg.BookiePort != 3999 || len(cfg.Engine.JournalDirs) != 2 || cfg.Engine.LedgerDirs[0] != "/l1" ||
+		cfg.Engine.Journal.MaxGroupWait != time.Millisecond || cfg.Engine.WriteCacheMaxSize != 64<<20 || cfg.Engine.Journal.SyncData {
+		t.Fatalf("config %+v", cfg)
+	}
+	for _, bad := range []string{"bookiePort=abc", "journalSyncData=maybe", "journalIOEngine=aio", "diskUsageThreshold=x"} {
+		props, _ := ParseProperties(strings.NewReader(bad))
+		c := DefaultConfig()
+		if _, err := c.Apply(props); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), strings.Split(bad, "=")[0]) {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+	c := DefaultConfig()
+	c.DiskUsageLwmThreshold = 0.99
+	if err := c.Validate(); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("lwm above threshold: %v", err)
+	}
+}
+
+// metadataURIForChild is a metadata URI on the test binary's shared embedded etcd, with a root
+// of its own, that child processes can reach too.
+func metadataURIForChild(t *testing.T) string { return metadatatest.URI(t) }

@@ -1,0 +1,351 @@
+package bookie
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/engine"
+	"github.com/ringkeeper/ringkeeper/internal/diskio"
+	"github.com/ringkeeper/ringkeeper/journal"
+	"github.com/ringkeeper/ringkeeper/net/server"
+)
+
+// ErrBadConfig is wrapped by every configuration error.
+var ErrBadConfig = errors.New("bookie: bad config")
+
+// Config is a bookie's configuration. Keys of the properties file use BookKeeper's names
+// (bk_server.conf) for the settings ringkeeper supports; see Keys.
+type Config struct {
+	// BookiePort is bookiePort (3181); ListenAddress is the interface to bind ("" = all).
+	BookiePort    int
+	ListenAddress string
+	// AdvertisedAddress is advertisedAddress: the host in the bookie id ("" = the hostname's
+	// first non-loopback address, or 127.0.0.1).
+	AdvertisedAddress string
+	// BookieID is bookieId: overrides host:port as the bookie's identity.
+	BookieID string
+	// TLSPort serves the same protocol over TLS (0 = off), with TLSCertificatePath,
+	// TLSKeyPath, TLSTrustStorePath (client CAs) and TLSClientAuthentication.
+	TLSPort                 int
+	TLSCertificatePath      string
+	TLSKeyPath              string
+	TLSTrustStorePath       string
+	TLSClientAuthentication bool
+	// AuthToken (bookieAuthToken / bookieAuthTokenFile): when set, clients must authenticate
+	// with this shared token before adds and reads.
+	AuthToken string
+
+	// MetadataServiceURI is metadataServiceUri, e.g. etcd://host:2379/ledgers.
+	MetadataServiceURI string
+	// RegistrationTTL is how long the bookie's registration outlives a crash.
+	RegistrationTTL time.Duration
+
+	// Engine holds journal and storage settings.
+	Engine engine.Config
+	// Server holds network settings.
+	Server server.Config
+
+	// Disk usage (fractions of the file system): read-only above DiskUsageThreshold, writable
+	// again below DiskUsageLwmThreshold; checked every DiskCheckInterval.
+	DiskUsageThreshold     float64
+	DiskUsageWarnThreshold float64
+	DiskUsageLwmThreshold  float64
+	DiskCheckInterval      time.Duration
+	ReadOnlyModeEnabled    bool
+
+	// PrometheusStatsHTTPPort serves /metrics and the admin API (0 = off).
+	PrometheusStatsHTTPPort int
+
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns BookKeeper's defaults where the concept is the same.
+func DefaultConfig() Config {
+	ec := engine.DefaultConfig([]string{"/tmp/bk-txn"}, []string{"/tmp/bk-data"})
+	return Config{
+		BookiePort:              3181,
+		MetadataServiceURI:      "etcd://127.0.0.1:2379/ledgers",
+		RegistrationTTL:         10 * time.Second,
+		Engine:                  ec,
+		Server:                  server.DefaultConfig(),
+		DiskUsageThreshold:      0.95,
+		DiskUsageWarnThreshold:  0.90,
+		DiskUsageLwmThreshold:   0.90,
+		DiskCheckInterval:       10 * time.Second,
+		ReadOnlyModeEnabled:     true,
+		PrometheusStatsHTTPPort: 8000,
+	}
+}
+
+// Validate checks cross-field rules; field formats are checked when they are set.
+func (c *Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrBadConfig}, args...)...)
+	}
+	switch {
+	case c.BookiePort < 0 || c.BookiePort > 65535:
+		return bad("bookiePort %d is not a port", c.BookiePort)
+	case c.TLSPort < 0 || c.TLSPort > 65535:
+		return bad("tlsPort %d is not a port", c.TLSPort)
+	case c.TLSPort != 0 && (c.TLSCertificatePath == "" || c.TLSKeyPath == ""):
+		return bad("tlsPort is set but tlsCertificatePath or tlsKeyStore is not")
+	case c.DiskUsageThreshold <= 0 || c.DiskUsageThreshold > 1:
+		return bad("diskUsageThreshold %v must be in (0, 1]", c.DiskUsageThreshold)
+	case c.DiskUsageLwmThreshold <= 0 || c.DiskUsageLwmThreshold > c.DiskUsageThreshold:
+		return bad("diskUsageLwmThreshold %v must be in (0, diskUsageThreshold]", c.DiskUsageLwmThreshold)
+	case c.DiskUsageWarnThreshold <= 0 || c.DiskUsageWarnThreshold > c.DiskUsageThreshold:
+		return bad("diskUsageWarnThreshold %v must be in (0, diskUsageThreshold]", c.DiskUsageWarnThreshold)
+	case c.DiskCheckInterval <= 0:
+		return bad("diskCheckInterval must be positive")
+	case c.RegistrationTTL < time.Second:
+		return bad("registration TTL %v is below 1s", c.RegistrationTTL)
+	case c.MetadataServiceURI == "":
+		return bad("metadataServiceUri is empty")
+	}
+	if err := c.Engine.Validate(); err != nil {
+		return err
+	}
+	jc := c.Engine.Journal // the template: each journal gets its dir at start
+	jc.Dir = c.Engine.JournalDirs[0]
+	return jc.Validate()
+}
+
+// setter parses a property value into the config.
+type setter func(c *Config, v string) error
+
+func intKey(f func(c *Config) *int) setter {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("not an integer")
+		}
+		*f(c) = n
+		return nil
+	}
+}
+
+func int64Key(f func(c *Config) *int64, unit int64) setter {
+	return func(c *Config, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("not an integer")
+		}
+		*f(c) = n * unit
+		return nil
+	}
+}
+
+func boolKey(f func(c *Config) *bool) setter {
+	return func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("not a boolean (true or false)")
+		}
+		*f(c) = b
+		return nil
+	}
+}
+
+func floatKey(f func(c *Config) *float64) setter {
+	return func(c *Config, v string) error {
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("not a number")
+		}
+		*f(c) = x
+		return nil
+	}
+}
+
+func durationKey(f func(c *Config) *time.Duration, unit time.Duration) setter {
+	return func(c *Config, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("not an integer")
+		}
+		*f(c) = time.Duration(n) * unit
+		return nil
+	}
+}
+
+func stringKey(f func(c *Config) *string) setter {
+	return func(c *Config, v string) error {
+		*f(c) = v
+		return nil
+	}
+}
+
+func listKey(f func(c *Config) *[]string) setter {
+	return func(c *Config, v string) error {
+		var dirs []string
+		for _, d := range strings.Split(v, ",") {
+			if d = strings.TrimSpace(d); d != "" {
+				dirs = append(dirs, d)
+			}
+		}
+		if len(dirs) == 0 {
+			return fmt.Errorf("empty list")
+		}
+		*f(c) = dirs
+		return nil
+	}
+}
+
+// Keys maps every supported property to its setter. Units follow the key names: MSec
+// milliseconds, MB mebibytes, Bytes bytes.
+var Keys = map[string]setter{
+	"bookiePort":              intKey(func(c *Config) *int { return &c.BookiePort }),
+	"listeningInterface":      stringKey(func(c *Config) *string { return &c.ListenAddress }),
+	"advertisedAddress":       stringKey(func(c *Config) *string { return &c.AdvertisedAddress }),
+	"bookieId":                stringKey(func(c *Config) *string { return &c.BookieID }),
+	"tlsPort":                 intKey(func(c *Config) *int { return &c.TLSPort }),
+	"tlsCertificatePath":      stringKey(func(c *Config) *string { return &c.TLSCertificatePath }),
+	"tlsKeyStore":             stringKey(func(c *Config) *string { return &c.TLSKeyPath }),
+	"tlsTrustStore":           stringKey(func(c *Config) *string { return &c.TLSTrustStorePath }),
+	"tlsClientAuthentication": boolKey(func(c *Config) *bool { return &c.TLSClientAuthentication }),
+	"bookieAuthToken":         stringKey(func(c *Config) *string { return &c.AuthToken }),
+	"bookieAuthTokenFile": func(c *Config, v string) error {
+		b, err := os.ReadFile(v)
+		if err != nil {
+			return err
+		}
+		c.AuthToken = strings.TrimSpace(string(b))
+		return nil
+	},
+	"metadataServiceUri":                stringKey(func(c *Config) *string { return &c.MetadataServiceURI }),
+	"registrationTtlSeconds":            durationKey(func(c *Config) *time.Duration { return &c.RegistrationTTL }, time.Second),
+	"journalDirectories":                listKey(func(c *Config) *[]string { return &c.Engine.JournalDirs }),
+	"journalDirectory":                  listKey(func(c *Config) *[]string { return &c.Engine.JournalDirs }),
+	"ledgerDirectories":                 listKey(func(c *Config) *[]string { return &c.Engine.LedgerDirs }),
+	"journalMaxGroupWaitMSec":           durationKey(func(c *Config) *time.Duration { return &c.Engine.Journal.MaxGroupWait }, time.Millisecond),
+	"journalBufferedWritesThreshold":    intKey(func(c *Config) *int { return &c.Engine.Journal.BufferedWritesThreshold }),
+	"journalFlushWhenQueueEmpty":        boolKey(func(c *Config) *bool { return &c.Engine.Journal.FlushWhenQueueEmpty }),
+	"journalQueueSize":                  intKey(func(c *Config) *int { return &c.Engine.Journal.QueueSize }),
+	"journalMaxSizeMB":                  int64Key(func(c *Config) *int64 { return &c.Engine.Journal.MaxFileSize }, 1<<20),
+	"journalMaxBackups":                 intKey(func(c *Config) *int { return &c.Engine.Journal.MaxBackups }),
+	"journalSyncData":                   boolKey(func(c *Config) *bool { return &c.Engine.Journal.SyncData }),
+	"journalPageCacheFlushIntervalMSec": durationKey(func(c *Config) *time.Duration { return &c.Engine.Journal.PageCacheFlushInterval }, time.Millisecond),
+	"journalAlignmentSize":              intKey(func(c *Config) *int { return &c.Engine.Journal.Alignment }),
+	"journalReuseFiles":                 boolKey(func(c *Config) *bool { return &c.Engine.Journal.ReuseFiles }),
+	"journalIOEngine": func(c *Config, v string) (err error) {
+		c.Engine.Journal.Engine, err = diskio.ParseEngine(v)
+		return err
+	},
+	"journalPreallocMode": func(c *Config, v string) (err error) {
+		c.Engine.Journal.Prealloc, err = journal.ParsePreallocMode(v)
+		return err
+	},
+	"journalWritePipelineDepth":      intKey(func(c *Config) *int { return &c.Engine.Journal.PipelineDepth }),
+	"skipReplayJournalInvalidRecord": boolKey(func(c *Config) *bool { return &c.Engine.Journal.SkipInvalidRecords }),
+	"nettyMaxFrameSizeBytes": func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("not an integer")
+		}
+		c.Server.MaxFrameSize = n
+		c.Engine.Journal.MaxRecordSize = n
+		return nil
+	},
+	"dbStorage_writeCacheMaxSizeMb":     int64Key(func(c *Config) *int64 { return &c.Engine.WriteCacheMaxSize }, 1<<20),
+	"dbStorage_readAheadCacheMaxSizeMb": int64Key(func(c *Config) *int64 { return &c.Engine.ReadAheadCacheMaxSize }, 1<<20),
+	"dbStorage_readAheadCacheBatchSize": intKey(func(c *Config) *int { return &c.Engine.ReadAheadBatchSize }),
+	"dbStorage_maxThrottleTimeMs":       durationKey(func(c *Config) *time.Duration { return &c.Engine.MaxThrottleTime }, time.Millisecond),
+	"dbStorage_rocksDB_blockCacheSize":  int64Key(func(c *Config) *int64 { return &c.Engine.IndexBlockCacheSize }, 1),
+	"flushInterval":                     durationKey(func(c *Config) *time.Duration { return &c.Engine.FlushInterval }, time.Millisecond),
+	"logSizeLimit":                      int64Key(func(c *Config) *int64 { return &c.Engine.EntryLogSizeLimit }, 1),
+	"serverNumIOThreads":                intKey(func(c *Config) *int { return &c.Server.NumEventLoops }),
+	"numReadWorkerThreads":              intKey(func(c *Config) *int { return &c.Server.NumReadWorkerThreads }),
+	"maxPendingAddRequestsPerThread":    intKey(func(c *Config) *int { return &c.Server.MaxPendingAddRequestsPerThread }),
+	"maxPendingReadRequestsPerThread":   intKey(func(c *Config) *int { return &c.Server.MaxPendingReadRequestsPerThread }),
+	"maxAddsInProgressLimit":            intKey(func(c *Config) *int { return &c.Server.MaxAddsInProgressLimit }),
+	"maxReadsInProgressLimit":           intKey(func(c *Config) *int { return &c.Server.MaxReadsInProgressLimit }),
+	"diskUsageThreshold":                floatKey(func(c *Config) *float64 { return &c.DiskUsageThreshold }),
+	"diskUsageWarnThreshold":            floatKey(func(c *Config) *float64 { return &c.DiskUsageWarnThreshold }),
+	"diskUsageLwmThreshold":             floatKey(func(c *Config) *float64 { return &c.DiskUsageLwmThreshold }),
+	"diskCheckInterval":                 durationKey(func(c *Config) *time.Duration { return &c.DiskCheckInterval }, time.Millisecond),
+	"readOnlyModeEnabled":               boolKey(func(c *Config) *bool { return &c.ReadOnlyModeEnabled }),
+	"prometheusStatsHttpPort":           intKey(func(c *Config) *int { return &c.PrometheusStatsHTTPPort }),
+}
+
+// ignoredKeys are BookKeeper keys that have no meaning here; they are accepted silently.
+var ignoredKeys = []string{"ledgerStorageClass", "zkServers", "zkTimeout", "httpServerEnabled",
+	"statsProviderClass", "allowLoopback", "journalAdaptiveGroupWrites", "journalWriteBufferSizeKB",
+	"journalRemoveFromPageCache", "journalPreAllocSizeMB", "journalFormatVersionToWrite"}
+
+// ParseProperties reads a Java properties file (key=value or key: value, # and ! comments,
+// backslash line continuations).
+func ParseProperties(r io.Reader) (map[string]string, error) {
+	props := map[string]string{}
+	sc := bufio.NewScanner(r)
+	var pending string
+	line := 0
+	for sc.Scan() {
+		line++
+		text := strings.TrimLeft(sc.Text(), " \t\f")
+		if pending == "" && (text == "" || text[0] == '#' || text[0] == '!') {
+			continue
+		}
+		if strings.HasSuffix(text, "\\") && !strings.HasSuffix(text, "\\\\") {
+			pending += strings.TrimSuffix(text, "\\")
+			continue
+		}
+		text = pending + text
+		pending = ""
+		i := strings.IndexAny(text, "=:")
+		if i < 0 {
+			return nil, fmt.Errorf("%w: line %d: %q is not key=value", ErrBadConfig, line, text)
+		}
+		key := strings.TrimSpace(text[:i])
+		props[key] = strings.TrimSpace(text[i+1:])
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("bookie: read config: %w", err)
+	}
+	return props, nil
+}
+
+// Apply sets the properties on c. A bad value is an error naming the key; an unknown key is a
+// warning (returned, not fatal).
+func (c *Config) Apply(props map[string]string) (warnings []string, err error) {
+	keys := make([]string, 0, len(props))
+	for k := range props {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v := props[k]
+		set, ok := Keys[k]
+		if !ok {
+			if !slices.Contains(ignoredKeys, k) {
+				warnings = append(warnings, fmt.Sprintf("unknown configuration key %q ignored", k))
+			}
+			continue
+		}
+		if err := set(c, v); err != nil {
+			return warnings, fmt.Errorf("%w: %s=%q: %v", ErrBadConfig, k, v, err)
+		}
+	}
+	return warnings, nil
+}
+
+// LoadFile reads a properties file onto c.
+func (c *Config) LoadFile(path string) (warnings []string, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	defer f.Close()
+	props, err := ParseProperties(f)
+	if err != nil {
+		return nil, err
+	}
+	return c.Apply(props)
+}

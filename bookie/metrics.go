@@ -1,0 +1,83 @@
+package bookie
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/ringkeeper/ringkeeper/engine"
+)
+
+// metrics are the bookie's own Prometheus series; the network server registers its own. Names
+// follow BookKeeper's stats (BookKeeperServerStats) where the meaning is the same, in seconds.
+type metrics struct {
+	groupEntries prometheus.Histogram
+	groupBytes   prometheus.Histogram
+	groupSync    prometheus.Histogram
+	diskUsage    prometheus.Gauge
+}
+
+func newMetrics(reg *prometheus.Registry) *metrics {
+	m := &metrics{
+		groupEntries: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "bookkeeper_server_JOURNAL_FORCE_WRITE_BATCH_ENTRIES",
+			Help:    "Records per journal group commit.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 16),
+		}),
+		groupBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "bookkeeper_server_JOURNAL_FORCE_WRITE_BATCH_BYTES",
+			Help:    "Bytes per journal group commit, padding included.",
+			Buckets: prometheus.ExponentialBuckets(4096, 2, 12),
+		}),
+		groupSync: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "bookkeeper_server_JOURNAL_SYNC",
+			Help:    "Time from submitting a journal group to its durable completion (write and sync), seconds.",
+			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 16),
+		}),
+		diskUsage: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ringkeeper_bookie_disk_usage_ratio",
+			Help: "Used fraction of the fullest journal or ledger file system.",
+		}),
+	}
+	reg.MustRegister(m.groupEntries, m.groupBytes, m.groupSync, m.diskUsage,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) observeGroup(records, bytes int, sync time.Duration) {
+	m.groupEntries.Observe(float64(records))
+	m.groupBytes.Observe(float64(bytes))
+	m.groupSync.Observe(sync.Seconds())
+}
+
+// registerEngine exposes the engine's counters, read when scraped.
+func (m *metrics) registerEngine(reg *prometheus.Registry, e *engine.Engine) {
+	gauge := func(name, help string, f func(engine.Stats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(e.Stats()) })
+	}
+	counter := func(name, help string, f func(engine.Stats) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return f(e.Stats()) })
+	}
+	reg.MustRegister(
+		gauge("bookkeeper_server_WRITE_CACHE_SIZE", "Bytes in the active write-cache halves.",
+			func(s engine.Stats) float64 { return float64(s.WriteCacheBytes) }),
+		gauge("ringkeeper_engine_write_cache_capacity_bytes", "Capacity of the write cache (both halves of every ledger dir).",
+			func(s engine.Stats) float64 { return float64(s.WriteCacheCapacity) }),
+		counter("bookkeeper_server_FLUSH_total", "Write-cache flushes to entry logs and the index.",
+			func(s engine.Stats) float64 { return float64(s.Flushes) }),
+		counter("ringkeeper_engine_flush_seconds_total", "Time spent flushing write-cache halves.",
+			func(s engine.Stats) float64 { return s.FlushSeconds }),
+		counter("ringkeeper_engine_flushed_bytes_total", "Entry bytes flushed to entry logs.",
+			func(s engine.Stats) float64 { return float64(s.FlushedBytes) }),
+		counter("ringkeeper_engine_checkpoints_total", "Completed checkpoints.",
+			func(s engine.Stats) float64 { return float64(s.Checkpoints) }),
+		counter("bookkeeper_server_THROTTLED_WRITE_total", "Adds that waited for write-cache space.",
+			func(s engine.Stats) float64 { return float64(s.ThrottledAdds) }),
+		counter("bookkeeper_server_REJECTED_WRITE_total", "Adds refused because the write cache stayed full.",
+			func(s engine.Stats) float64 { return float64(s.RejectedAdds) }),
+		counter("ringkeeper_engine_read_cache_hits_total", "Reads served from memory on the event loop.",
+			func(s engine.Stats) float64 { return float64(s.ReadCacheHits) }),
+		gauge("ringkeeper_engine_ledgers", "Ledgers held.", func(engine.Stats) float64 { return float64(e.Ledgers()) }),
+	)
+}
