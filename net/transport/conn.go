@@ -1,0 +1,392 @@
+package transport
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/net/protocol"
+)
+
+// AddCallback receives the outcome of an add: err != nil when the request could not be
+// completed (see the sentinels), else the bookie's return code. It runs on a transport
+// goroutine and must not block.
+type AddCallback func(ctx any, rc protocol.ReturnCode, err error)
+
+// ReadCallback receives the outcome of a read: err != nil when the request could not be
+// completed, else the bookie's return code and, for EOK, the stored entry. entry aliases the
+// connection's receive buffer and is valid only during the call: copy what is kept. It runs
+// on a transport goroutine and must not block.
+type ReadCallback func(ctx any, rc protocol.ReturnCode, entry []byte, err error)
+
+// Connection states.
+const (
+	stateIdle       = iota // no connection; the next request connects
+	stateConnecting        // dial, TLS handshake, AUTH in progress; requests queue
+	stateReady             // connected; the writer flushes the queue
+	stateBackoff           // the last attempt failed; requests fail fast until retryAt
+	stateClosed            // the pool was closed
+)
+
+// addFrameOverhead is an add frame's size besides the stored entry: length prefix, packet
+// header, master key.
+const addFrameOverhead = protocol.LengthPrefixSize + protocol.HeaderSize + protocol.MasterKeyLength
+
+// Conn is the connection to one bookie, shared by every ledger that uses the bookie. It is
+// safe for concurrent use. Requests are pipelined; each gets exactly one callback, never on
+// the goroutine that called Add or Read (except after Pool.Close has returned): with err !=
+// nil when the request could not be completed (connect failure, connection lost, timeout,
+// closed, too many pending, bad or oversize request), else with the bookie's return code.
+type Conn struct {
+	p    *Pool
+	addr string
+
+	stats connCounters
+
+	// mu protects everything below.
+	mu         sync.Mutex
+	writerCond sync.Cond // signalled when wbuf becomes non-empty or gen changes
+	state      int
+	// gen identifies the current connection attempt; goroutines of an older one exit.
+	gen        uint64
+	nc         net.Conn // set once dialed (so Close can interrupt the handshake)
+	pending    pendingSet
+	wbuf       []byte // encoded requests not yet taken by the writer
+	spare      []byte // the writer's other buffer, when it is not writing it
+	space      chan struct{}
+	failures   int   // consecutive failed connection attempts
+	retryAt    int64 // end of the backoff (pool clock)
+	backoffErr error // what requests fail with during the backoff
+}
+
+type connCounters struct {
+	connects        atomic.Int64
+	connectFailures atomic.Int64
+	losses          atomic.Int64
+	timeouts        atomic.Int64
+	unmatched       atomic.Int64
+	writes          atomic.Int64
+	requests        atomic.Int64
+}
+
+// ConnStats is a snapshot of a connection's counters.
+type ConnStats struct {
+	Pending         int   // requests sent or queued and not yet answered
+	Requests        int64 // requests accepted (queued for sending)
+	Writes          int64 // socket writes; Requests/Writes is the batching factor
+	Connects        int64 // connections established (AUTH included)
+	ConnectFailures int64 // failed connection attempts (dial, TLS, AUTH)
+	Losses          int64 // established connections that failed
+	Timeouts        int64 // requests failed with ErrTimeout
+	Unmatched       int64 // responses that answered no pending request (late, after a timeout) and were dropped
+}
+
+func newConn(p *Pool, addr string, state int) *Conn {
+	c := &Conn{p: p, addr: addr, state: state}
+	c.writerCond.L = &c.mu
+	return c
+}
+
+// Addr is the bookie's address.
+func (c *Conn) Addr() string { return c.addr }
+
+// Healthy reports whether requests can be expected to go through: the connection is up,
+// being made, or was never tried, and is not in backoff after a failure.
+func (c *Conn) Healthy() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch c.state {
+	case stateClosed:
+		return false
+	case stateBackoff:
+		return c.p.now() >= c.retryAt
+	}
+	return true
+}
+
+// Stats returns a snapshot of the connection's counters.
+func (c *Conn) Stats() ConnStats {
+	c.mu.Lock()
+	n := c.pending.n
+	c.mu.Unlock()
+	return ConnStats{
+		Pending:         n,
+		Requests:        c.stats.requests.Load(),
+		Writes:          c.stats.writes.Load(),
+		Connects:        c.stats.connects.Load(),
+		ConnectFailures: c.stats.connectFailures.Load(),
+		Losses:          c.stats.losses.Load(),
+		Timeouts:        c.stats.timeouts.Load(),
+		Unmatched:       c.stats.unmatched.Load(),
+	}
+}
+
+// frame describes one request to encode.
+type frame struct {
+	op       protocol.OpCode
+	flags    protocol.Flags
+	ledgerID int64
+	entryID  int64
+	key      *[protocol.MasterKeyLength]byte
+	entry    [][]byte
+	size     int // encoded size, length prefix included
+}
+
+func (f *frame) appendTo(buf []byte) []byte {
+	hdr := protocol.Header{Version: protocol.CurrentVersion, Op: f.op, Flags: f.flags}
+	if f.op == protocol.OpReadEntry {
+		r := protocol.ReadRequest{Header: hdr, LedgerID: f.ledgerID, EntryID: f.entryID}
+		if f.key != nil {
+			r.MasterKey, r.HasMasterKey = *f.key, true
+		}
+		return protocol.AppendReadRequest(buf, r)
+	}
+	buf = binary.BigEndian.AppendUint32(buf, uint32(f.size-protocol.LengthPrefixSize))
+	buf = binary.BigEndian.AppendUint32(buf, hdr.Uint32())
+	buf = append(buf, f.key[:]...)
+	for _, part := range f.entry {
+		buf = append(buf, part...)
+	}
+	return buf
+}
+
+// Add sends an add of the stored entry given as parts (for example the 32-byte header and
+// digest, then the payload), which are sent back to back. The caller keeps the parts
+// unchanged until the callback. ledgerID and entryID must be the ids at the start of the
+// entry (the bookie answers with those); masterKey is the ledger's key. flags may carry
+// protocol.FlagRecoveryAdd and protocol.FlagHighPriority.
+//
+// An add whose frame would exceed MaxFrameSize fails with ErrEntryTooLarge and a malformed
+// one with ErrBadRequest, before anything is sent.
+func (c *Conn) Add(ledgerID, entryID int64, masterKey *[protocol.MasterKeyLength]byte, flags protocol.Flags,
+	entry [][]byte, cb AddCallback, ctx any) {
+	r := getRequest()
+	r.key = reqKey{ledgerID: ledgerID, entryID: entryID, op: protocol.OpAddEntry}
+	r.add, r.ctx = cb, ctx
+	n := 0
+	for _, part := range entry {
+		n += len(part)
+	}
+	f := frame{op: protocol.OpAddEntry, flags: flags, ledgerID: ledgerID, entryID: entryID, key: masterKey,
+		entry: entry, size: addFrameOverhead + n}
+	switch {
+	case f.size > c.p.cfg.MaxFrameSize:
+		c.p.failAsync(r, ErrEntryTooLarge)
+		return
+	case masterKey == nil || n < protocol.StoredEntryHeaderSize:
+		c.p.failAsync(r, ErrBadRequest)
+		return
+	}
+	if l, e := entryIDs(entry); l != ledgerID || e != entryID {
+		c.p.failAsync(r, ErrBadRequest)
+		return
+	}
+	c.submit(r, &f, c.p.cfg.AddTimeout)
+}
+
+// entryIDs reads the ledger and entry ids at the start of a stored entry given as parts
+// (at least 16 bytes long).
+func entryIDs(parts [][]byte) (ledgerID, entryID int64) {
+	var ids [16]byte
+	n := 0
+	for _, part := range parts {
+		n += copy(ids[n:], part)
+		if n == len(ids) {
+			break
+		}
+	}
+	return int64(binary.BigEndian.Uint64(ids[:8])), int64(binary.BigEndian.Uint64(ids[8:]))
+}
+
+// Read sends a read of entryID (protocol.LastAddConfirmedEntryID, -1, asks for the last
+// entry). With protocol.FlagDoFencing it is a fencing read and masterKey is required; without
+// it masterKey is ignored. flags may also carry protocol.FlagHighPriority.
+func (c *Conn) Read(ledgerID, entryID int64, flags protocol.Flags, masterKey *[protocol.MasterKeyLength]byte,
+	cb ReadCallback, ctx any) {
+	r := getRequest()
+	r.key = reqKey{ledgerID: ledgerID, entryID: entryID, op: protocol.OpReadEntry}
+	r.read, r.ctx = cb, ctx
+	f := frame{op: protocol.OpReadEntry, flags: flags, ledgerID: ledgerID, entryID: entryID}
+	if flags.Has(protocol.FlagDoFencing) {
+		if masterKey == nil {
+			c.p.failAsync(r, ErrBadRequest)
+			return
+		}
+		f.key = masterKey
+	}
+	f.size = protocol.LengthPrefixSize + protocol.HeaderSize + 16
+	if f.key != nil {
+		f.size += protocol.MasterKeyLength
+	}
+	c.submit(r, &f, c.p.cfg.ReadTimeout)
+}
+
+// submit queues the encoded request and registers it as pending, starting a connection if
+// there is none. It may block while the queue is over MaxQueuedBytesPerConn (at most until
+// the request's timeout).
+func (c *Conn) submit(r *request, f *frame, timeout time.Duration) {
+	now := c.p.now()
+	expiry := now + int64(timeout)
+	for {
+		c.mu.Lock()
+		switch c.state {
+		case stateClosed:
+			c.mu.Unlock()
+			c.p.failAsync(r, ErrClosed)
+			return
+		case stateBackoff:
+			if now < c.retryAt {
+				err := c.backoffErr
+				c.mu.Unlock()
+				c.p.failAsync(r, err)
+				return
+			}
+			c.connectLocked()
+		case stateIdle:
+			c.connectLocked()
+		}
+		if c.pending.n >= c.p.cfg.MaxPendingPerConn {
+			c.mu.Unlock()
+			c.p.failAsync(r, ErrTooManyPending)
+			return
+		}
+		if len(c.wbuf) > 0 && len(c.wbuf)+f.size > c.p.cfg.MaxQueuedBytesPerConn {
+			if now >= expiry {
+				c.mu.Unlock()
+				c.stats.timeouts.Add(1)
+				c.p.failAsync(r, ErrTimeout)
+				return
+			}
+			c.waitSpaceUnlock(time.Duration(expiry - now))
+			now = c.p.now()
+			continue
+		}
+		wasEmpty := len(c.wbuf) == 0
+		c.wbuf = f.appendTo(c.wbuf)
+		r.expiry = expiry
+		c.pending.insert(r)
+		if wasEmpty && c.state == stateReady {
+			c.writerCond.Signal()
+		}
+		c.mu.Unlock()
+		c.stats.requests.Add(1)
+		return
+	}
+}
+
+// waitSpaceUnlock releases the mutex and waits until the writer takes the queue, the
+// connection fails or closes, or d passes. Only a blocked caller allocates here.
+func (c *Conn) waitSpaceUnlock(d time.Duration) {
+	if c.space == nil {
+		c.space = make(chan struct{})
+	}
+	ch := c.space
+	c.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-c.p.closing:
+	}
+}
+
+// signalSpaceLocked wakes the callers blocked on a full queue.
+func (c *Conn) signalSpaceLocked() {
+	if c.space != nil {
+		close(c.space)
+		c.space = nil
+	}
+}
+
+// connectLocked starts a connection attempt; the goroutine becomes the writer once connected.
+func (c *Conn) connectLocked() {
+	c.state = stateConnecting
+	c.gen++
+	c.p.wg.Add(1)
+	go c.run(c.gen)
+}
+
+// expire moves the requests past their deadline to out.
+func (c *Conn) expire(now int64, out *reqList) int {
+	c.mu.Lock()
+	n := c.pending.expire(now, out)
+	c.mu.Unlock()
+	if n > 0 {
+		c.stats.timeouts.Add(int64(n))
+	}
+	return n
+}
+
+// close is Pool.Close for one connection: pending requests go to the completer with
+// ErrClosed.
+func (c *Conn) close() {
+	var failed reqList
+	c.mu.Lock()
+	c.state = stateClosed
+	c.gen++
+	c.pending.takeAll(&failed)
+	nc := c.nc
+	c.nc, c.wbuf, c.spare = nil, nil, nil
+	c.writerCond.Broadcast()
+	c.signalSpaceLocked()
+	c.mu.Unlock()
+	if nc != nil {
+		_ = nc.Close()
+	}
+	for r := failed.head; r != nil; {
+		next := r.nextAge
+		c.p.failAsync(r, ErrClosed)
+		r = next
+	}
+}
+
+// fail ends connection attempt gen: every pending request fails with an error wrapping kind
+// (ErrConnection or ErrAuth) and cause, on the calling goroutine (a connection goroutine).
+// A connection that never became ready puts the Conn in backoff; losing an established one
+// leaves it idle, to reconnect on the next request.
+func (c *Conn) fail(gen uint64, established bool, kind, cause error) {
+	var failed reqList
+	c.mu.Lock()
+	if c.gen != gen || c.state == stateClosed {
+		c.mu.Unlock()
+		return
+	}
+	err := fmt.Errorf("%w: %s: %w", kind, c.addr, cause)
+	c.pending.takeAll(&failed)
+	nc := c.nc
+	c.nc = nil
+	c.wbuf = c.wbuf[:0]
+	c.gen++
+	var delay time.Duration
+	if established {
+		c.state, c.failures = stateIdle, 0
+	} else {
+		c.failures++
+		delay = c.p.cfg.ReconnectMin << min(c.failures-1, 30)
+		if delay <= 0 || delay > c.p.cfg.ReconnectMax {
+			delay = c.p.cfg.ReconnectMax
+		}
+		c.state = stateBackoff
+		c.retryAt = c.p.now() + int64(delay)
+		c.backoffErr = fmt.Errorf("%w: %s: in reconnect backoff (%v) after: %w", ErrConnection, c.addr, delay, err)
+	}
+	c.writerCond.Broadcast()
+	c.signalSpaceLocked()
+	c.mu.Unlock()
+
+	if nc != nil {
+		_ = nc.Close()
+	}
+	if established {
+		c.stats.losses.Add(1)
+		c.p.log.Warn("transport: connection lost", "addr", c.addr, "err", cause)
+	} else {
+		c.stats.connectFailures.Add(1)
+		c.p.log.Warn("transport: connect failed", "addr", c.addr, "backoff", delay, "err", err)
+	}
+	failed.failAll(err)
+}

@@ -1,0 +1,188 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Pool holds one multiplexed connection per bookie address, shared by every ledger of a
+// client (BookKeeper's numChannelsPerBookie=1). It owns the goroutines of its connections and
+// one completer goroutine that times requests out and delivers the failures decided on a
+// caller's goroutine.
+type Pool struct {
+	cfg   Config
+	tls   *tls.Config // cfg.TLS cloned, nil for plaintext
+	log   *slog.Logger
+	epoch time.Time // origin of the monotonic clock used for deadlines
+
+	ctx    context.Context // canceled by Close: aborts dials and handshakes
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // connection goroutines (connect+write, read)
+
+	closing  chan struct{} // closed by Close once every connection is closed
+	loopDone chan struct{} // closed when the completer has exited
+	failKick chan struct{} // capacity 1: failed has requests
+
+	// mu protects conns and closed.
+	mu     sync.RWMutex
+	conns  map[string]*Conn
+	closed bool
+
+	// failMu protects failed and loopExited.
+	failMu     sync.Mutex
+	failed     reqList // requests failed on a caller's goroutine, each with its err set
+	loopExited bool    // the completer is gone: failures are delivered where they happen
+}
+
+// NewPool validates cfg (after filling in defaults) and returns a pool with no connections;
+// each connection is made on the first request to its address.
+func NewPool(cfg Config) (*Pool, error) {
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Pool{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		epoch:    time.Now(),
+		closing:  make(chan struct{}),
+		loopDone: make(chan struct{}),
+		failKick: make(chan struct{}, 1),
+		conns:    make(map[string]*Conn),
+	}
+	if cfg.TLS != nil {
+		p.tls = cfg.TLS.Clone()
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	go p.loop()
+	return p, nil
+}
+
+// now is the pool's monotonic clock in nanoseconds.
+func (p *Pool) now() int64 { return int64(time.Since(p.epoch)) }
+
+// Conn returns the connection for addr (host:port), creating it (unconnected) on first use.
+// It never returns nil; after Close it returns a closed connection whose requests fail with
+// ErrClosed.
+func (p *Pool) Conn(addr string) *Conn {
+	p.mu.RLock()
+	c := p.conns[addr]
+	closed := p.closed
+	p.mu.RUnlock()
+	if c != nil {
+		return c
+	}
+	if closed {
+		return newConn(p, addr, stateClosed)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c = p.conns[addr]; c != nil {
+		return c
+	}
+	if p.closed {
+		return newConn(p, addr, stateClosed)
+	}
+	c = newConn(p, addr, stateIdle)
+	p.conns[addr] = c
+	return c
+}
+
+// Close closes every connection and fails every pending request with ErrClosed. When it
+// returns, every callback has run and every goroutine of the pool has exited; requests made
+// afterwards fail with ErrClosed (their callback then runs before Add or Read returns, the
+// only case where it runs on the caller's goroutine). Close is idempotent.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		<-p.loopDone
+		p.wg.Wait()
+		return nil
+	}
+	p.closed = true
+	conns := make([]*Conn, 0, len(p.conns))
+	for _, c := range p.conns {
+		conns = append(conns, c)
+	}
+	p.mu.Unlock()
+
+	p.cancel()
+	for _, c := range conns {
+		c.close()
+	}
+	close(p.closing)
+	p.wg.Wait()
+	<-p.loopDone
+	return nil
+}
+
+// failAsync delivers r's failure on the completer goroutine, so that a callback never runs on
+// the goroutine that called Add or Read (which may hold a lock the callback takes).
+func (p *Pool) failAsync(r *request, err error) {
+	r.err = err
+	p.failMu.Lock()
+	if p.loopExited {
+		p.failMu.Unlock()
+		r.finish(0, nil, err)
+		return
+	}
+	p.failed.push(r)
+	p.failMu.Unlock()
+	select {
+	case p.failKick <- struct{}{}:
+	default:
+	}
+}
+
+// loop is the completer goroutine: it expires timed-out requests every tick and delivers the
+// failures queued by failAsync. It exits after Close, once no failure is left to deliver.
+func (p *Pool) loop() {
+	defer close(p.loopDone)
+	tick := time.NewTicker(p.cfg.tickInterval())
+	defer tick.Stop()
+	var conns []*Conn
+	closing := false
+	for {
+		select {
+		case <-tick.C:
+			conns = p.expireAll(conns)
+		case <-p.failKick:
+		case <-p.closing:
+			closing = true
+		}
+		p.failMu.Lock()
+		failed := p.failed
+		p.failed = reqList{}
+		if closing && failed.head == nil {
+			p.loopExited = true
+			p.failMu.Unlock()
+			return
+		}
+		p.failMu.Unlock()
+		failed.failAll(nil)
+	}
+}
+
+// expireAll fails every request past its deadline with ErrTimeout. conns is scratch space,
+// returned for reuse.
+func (p *Pool) expireAll(conns []*Conn) []*Conn {
+	conns = conns[:0]
+	p.mu.RLock()
+	for _, c := range p.conns {
+		conns = append(conns, c)
+	}
+	p.mu.RUnlock()
+	now := p.now()
+	for i, c := range conns {
+		var expired reqList
+		if c.expire(now, &expired) > 0 {
+			expired.failAll(ErrTimeout)
+		}
+		conns[i] = nil
+	}
+	return conns[:0]
+}
