@@ -1,0 +1,266 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/metadata"
+	_ "github.com/ringkeeper/ringkeeper/metadata/etcd" // the etcd:// driver
+	"github.com/ringkeeper/ringkeeper/net/protocol"
+	"github.com/ringkeeper/ringkeeper/net/transport"
+)
+
+// Config configures a Client.
+type Config struct {
+	// MetadataURI is the metadata service, e.g. etcd://127.0.0.1:2379/ledgers.
+	MetadataURI string
+	Metadata    metadata.Options
+	// Transport configures bookie connections (timeouts: addEntryTimeout, readTimeout; TLS;
+	// auth).
+	Transport transport.Config
+	// Placement chooses bookies; nil means RandomPlacement.
+	Placement PlacementPolicy
+	// SpeculativeReadTimeout is speculativeReadTimeout: a read that has no answer after this
+	// long is also sent to the next replica (0 disables speculation).
+	SpeculativeReadTimeout time.Duration
+	// MaxEnsembleChanges bounds ensemble changes per ledger handle (maxAllowedEnsembleChanges).
+	MaxEnsembleChanges int
+	// ReadWindow is how many entries a range read or a reader keeps in flight.
+	ReadWindow int
+	Logger     *slog.Logger
+
+	// dial, if set (tests), replaces the transport: it returns the connection to a bookie.
+	dial func(addr string) bookieConn
+}
+
+// DefaultConfig returns a config for the metadata service at uri.
+func DefaultConfig(uri string) Config {
+	return Config{
+		MetadataURI:            uri,
+		SpeculativeReadTimeout: 2 * time.Second,
+		MaxEnsembleChanges:     1 << 20,
+		ReadWindow:             64,
+	}
+}
+
+// bookieConn sends requests to one bookie; *transport.Conn is the real one.
+type bookieConn interface {
+	Add(ledgerID, entryID int64, masterKey *[20]byte, flags protocol.Flags, entry [][]byte, cb transport.AddCallback, ctx any)
+	Read(ledgerID, entryID int64, flags protocol.Flags, masterKey *[20]byte, cb transport.ReadCallback, ctx any)
+}
+
+// Client is a connection to a ringkeeper (or BookKeeper v2 protocol) cluster: the metadata
+// service and the bookies. It is safe for concurrent use.
+type Client struct {
+	cfg  Config
+	log  *slog.Logger
+	md   metadata.Driver
+	pool *transport.Pool
+
+	// mu guards bookies.
+	mu      sync.RWMutex
+	bookies []metadata.BookieInfo // writable bookies, refreshed by the watcher
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New connects to the metadata service and starts watching the bookies.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Placement == nil {
+		cfg.Placement = RandomPlacement{}
+	}
+	if cfg.ReadWindow <= 0 {
+		cfg.ReadWindow = 64
+	}
+	if cfg.MaxEnsembleChanges <= 0 {
+		cfg.MaxEnsembleChanges = 1 << 20
+	}
+	if cfg.Metadata.Logger == nil {
+		cfg.Metadata.Logger = cfg.Logger
+	}
+	md, err := metadata.Open(ctx, cfg.MetadataURI, cfg.Metadata)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, log: cfg.Logger, md: md}
+	if cfg.dial == nil {
+		tc := cfg.Transport
+		tc.Logger = cfg.Logger
+		if c.pool, err = transport.NewPool(tc); err != nil {
+			md.Close()
+			return nil, err
+		}
+		c.cfg.dial = func(addr string) bookieConn { return c.pool.Conn(addr) }
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	watch, err := md.Bookies().Watch(c.ctx)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	// The first value is the current set: wait for it so CreateLedger sees the bookies.
+	select {
+	case set := <-watch:
+		c.setBookies(set)
+	case <-ctx.Done():
+		c.Close()
+		return nil, ctx.Err()
+	}
+	c.wg.Go(func() {
+		for set := range watch {
+			c.setBookies(set)
+		}
+	})
+	return c, nil
+}
+
+func (c *Client) setBookies(all []metadata.BookieInfo) {
+	var writable []metadata.BookieInfo
+	for _, b := range all {
+		if b.State == metadata.BookieWritable {
+			writable = append(writable, b)
+		}
+	}
+	c.mu.Lock()
+	c.bookies = writable
+	c.mu.Unlock()
+}
+
+func (c *Client) writableBookies() []metadata.BookieInfo {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.bookies
+}
+
+// Metadata returns the metadata driver, for tools.
+func (c *Client) Metadata() metadata.Driver { return c.md }
+
+// Close closes bookie connections and the metadata driver. Handles must not be used after.
+func (c *Client) Close() error {
+	if c.cancel != nil {
+		c.cancel()
+	}
+	var errs []error
+	if c.pool != nil {
+		errs = append(errs, c.pool.Close())
+	}
+	errs = append(errs, c.md.Close())
+	c.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// CreateOptions describe a new ledger.
+type CreateOptions struct {
+	// EnsembleSize, WriteQuorum and AckQuorum: E ≥ Qw ≥ Qa ≥ 1 (BookKeeper's defaults are
+	// 3/2/2).
+	EnsembleSize, WriteQuorum, AckQuorum int
+	// Digest defaults to CRC32C.
+	Digest DigestType
+	// Password derives the master key and, for HMAC, the digest key.
+	Password []byte
+	// Custom is opaque application metadata.
+	Custom map[string][]byte
+}
+
+// CreateLedger creates a ledger on bookies chosen by the placement policy and returns its
+// write handle.
+func (c *Client) CreateLedger(ctx context.Context, o CreateOptions) (*Ledger, error) {
+	if o.Digest == 0 {
+		o.Digest = DigestCRC32C
+	}
+	if o.EnsembleSize < o.WriteQuorum || o.WriteQuorum < o.AckQuorum || o.AckQuorum < 1 || o.WriteQuorum > 64 {
+		return nil, fmt.Errorf("%w: need ensemble ≥ write quorum ≥ ack quorum ≥ 1 (got %d/%d/%d)",
+			ErrBadArgument, o.EnsembleSize, o.WriteQuorum, o.AckQuorum)
+	}
+	ensemble, err := c.cfg.Placement.NewEnsemble(o.EnsembleSize, o.WriteQuorum, c.writableBookies(), nil)
+	if err != nil {
+		return nil, err
+	}
+	md := &metadata.LedgerMetadata{
+		EnsembleSize: o.EnsembleSize, WriteQuorumSize: o.WriteQuorum, AckQuorumSize: o.AckQuorum,
+		State: metadata.StateOpen, LastEntryID: metadata.NoEntry,
+		Ensembles:  []metadata.Ensemble{{FirstEntryID: 0, Bookies: ensemble}},
+		DigestType: o.Digest, Password: append([]byte(nil), o.Password...),
+		CreationTime: time.Now(), CustomMetadata: o.Custom,
+	}
+	id, version, err := metadata.CreateLedger(ctx, c.md, md)
+	if err != nil {
+		return nil, err
+	}
+	return newLedger(c, id, md, version, o.Password, false)
+}
+
+// OpenLedger opens a ledger for reading. With recover, it first fences the ledger on its
+// bookies and closes it at the last entry that was acknowledged (BookKeeper's recovery), so the
+// writer, if any, can add nothing more; the returned handle then sees the final content.
+// Without recover, a ledger that is still open can be read up to its last add confirmed.
+func (c *Client) OpenLedger(ctx context.Context, id int64, password []byte, recover bool) (*Ledger, error) {
+	md, version, err := c.md.Ledgers().Read(ctx, id)
+	if errors.Is(err, metadata.ErrNoSuchLedger) {
+		return nil, fmt.Errorf("%w: %d", ErrNoSuchLedger, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if string(md.Password) != string(password) {
+		return nil, fmt.Errorf("%w: ledger %d", ErrUnauthorized, id)
+	}
+	lh, err := newLedger(c, id, md, version, password, true)
+	if err != nil {
+		return nil, err
+	}
+	if recover && md.State != metadata.StateClosed {
+		if err := lh.recover(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return lh, nil
+}
+
+// DeleteLedger deletes a ledger's metadata; bookies reclaim its entries at their next garbage
+// collection.
+func (c *Client) DeleteLedger(ctx context.Context, id int64) error {
+	err := c.md.Ledgers().Delete(ctx, id, metadata.AnyVersion)
+	if errors.Is(err, metadata.ErrNoSuchLedger) {
+		return fmt.Errorf("%w: %d", ErrNoSuchLedger, id)
+	}
+	return err
+}
+
+// ListLedgers calls fn for every ledger id in increasing order until fn returns false.
+func (c *Client) ListLedgers(ctx context.Context, fn func(id int64) bool) error {
+	start := int64(0)
+	for {
+		ids, more, err := c.md.Ledgers().List(ctx, start, 1000)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if !fn(id) {
+				return nil
+			}
+		}
+		if !more || len(ids) == 0 {
+			return nil
+		}
+		start = ids[len(ids)-1] + 1
+	}
+}
+
+// LedgerMetadata reads a ledger's metadata.
+func (c *Client) LedgerMetadata(ctx context.Context, id int64) (*metadata.LedgerMetadata, error) {
+	md, _, err := c.md.Ledgers().Read(ctx, id)
+	if errors.Is(err, metadata.ErrNoSuchLedger) {
+		return nil, fmt.Errorf("%w: %d", ErrNoSuchLedger, id)
+	}
+	return md, err
+}

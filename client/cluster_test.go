@@ -1,0 +1,154 @@
+package client
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/bookie"
+	"github.com/ringkeeper/ringkeeper/cluster"
+	"github.com/ringkeeper/ringkeeper/net/protocol"
+	"github.com/ringkeeper/ringkeeper/net/transport"
+)
+
+func TestMain(m *testing.M) {
+	slog.SetDefault(slog.New(slog.DiscardHandler))
+	os.Exit(m.Run())
+}
+
+// startCluster starts n small bookies and etcd in this process.
+func startCluster(t testing.TB, n int) *cluster.Cluster {
+	t.Helper()
+	c, err := cluster.Start(context.Background(), cluster.Config{
+		DataDir: t.TempDir(), Bookies: n, UnsafeNoFsync: true,
+		Bookie: func(_ int, cfg *bookie.Config) {
+			cfg.Engine.WriteCacheMaxSize = 16 << 20
+			cfg.Engine.ReadAheadCacheMaxSize = 4 << 20
+			cfg.Engine.IndexBlockCacheSize = 4 << 20
+			cfg.Engine.Journal.MaxFileSize = 32 << 20
+			cfg.RegistrationTTL = 2 * time.Second
+			cfg.Server.NumEventLoops = 1
+			cfg.Server.NumReadWorkerThreads = 2
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+// newClient opens a client on the cluster; wrap, if set, wraps every bookie connection.
+func newClient(t testing.TB, c *cluster.Cluster, wrap func(addr string, conn bookieConn) bookieConn) *Client {
+	t.Helper()
+	cfg := DefaultConfig(c.MetadataURI())
+	cfg.Transport.AddTimeout = 2 * time.Second
+	cfg.Transport.ReadTimeout = 2 * time.Second
+	cfg.Transport.ReconnectMax = 200 * time.Millisecond
+	cfg.SpeculativeReadTimeout = 200 * time.Millisecond
+	var cl *Client
+	if wrap != nil {
+		pool, err := transport.NewPool(cfg.Transport)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pool.Close() })
+		var mu sync.Mutex
+		conns := map[string]bookieConn{}
+		cfg.dial = func(addr string) bookieConn {
+			mu.Lock()
+			defer mu.Unlock()
+			if conns[addr] == nil {
+				conns[addr] = wrap(addr, pool.Conn(addr))
+			}
+			return conns[addr]
+		}
+	}
+	cl, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// faultConn wraps a bookie connection for scripted interleavings: it can hold adds (send them
+// only when released), hold read responses, and fail fencing LAC reads.
+type faultConn struct {
+	inner bookieConn
+	addr  string
+
+	mu               sync.Mutex
+	holdAdds         bool
+	heldAdds         []func()
+	holdReads        bool
+	heldReads        []func()
+	failFencingLAC   bool
+	corruptReads     bool
+}
+
+func (f *faultConn) Add(ledgerID, entryID int64, masterKey *[20]byte, flags protocol.Flags, entry [][]byte, cb transport.AddCallback, ctx any) {
+	f.mu.Lock()
+	if f.holdAdds {
+		f.heldAdds = append(f.heldAdds, func() { f.inner.Add(ledgerID, entryID, masterKey, flags, entry, cb, ctx) })
+		f.mu.Unlock()
+		return
+	}
+	f.mu.Unlock()
+	f.inner.Add(ledgerID, entryID, masterKey, flags, entry, cb, ctx)
+}
+
+func (f *faultConn) Read(ledgerID, entryID int64, flags protocol.Flags, masterKey *[20]byte, cb transport.ReadCallback, ctx any) {
+	f.mu.Lock()
+	fail := f.failFencingLAC && entryID == -1 && flags.Has(protocol.FlagDoFencing)
+	hold := f.holdReads
+	corrupt := f.corruptReads
+	f.mu.Unlock()
+	if fail {
+		go cb(ctx, 0, nil, transport.ErrConnection)
+		return
+	}
+	if corrupt {
+		inner := cb
+		cb = func(ctx any, rc protocol.ReturnCode, entry []byte, err error) {
+			if len(entry) > 40 {
+				entry = append([]byte(nil), entry...)
+				entry[len(entry)-1] ^= 0xff
+			}
+			inner(ctx, rc, entry, err)
+		}
+	}
+	if hold {
+		inner := cb
+		cb = func(ctx any, rc protocol.ReturnCode, entry []byte, err error) {
+			entry = append([]byte(nil), entry...)
+			f.mu.Lock()
+			f.heldReads = append(f.heldReads, func() { inner(ctx, rc, entry, err) })
+			f.mu.Unlock()
+		}
+	}
+	f.inner.Read(ledgerID, entryID, flags, masterKey, cb, ctx)
+}
+
+func (f *faultConn) releaseAdds() {
+	f.mu.Lock()
+	held := f.heldAdds
+	f.heldAdds, f.holdAdds = nil, false
+	f.mu.Unlock()
+	for _, send := range held {
+		send()
+	}
+}
+
+func (f *faultConn) releaseReads() {
+	f.mu.Lock()
+	held := f.heldReads
+	f.heldReads, f.holdReads = nil, false
+	f.mu.Unlock()
+	for _, deliver := range held {
+		deliver()
+	}
+}

@@ -1,0 +1,565 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/metadata"
+	"github.com/ringkeeper/ringkeeper/net/protocol"
+	"github.com/ringkeeper/ringkeeper/net/transport"
+)
+
+// maxWriteQuorum bounds the write quorum (acks are tracked in a bit mask).
+const maxWriteQuorum = 64
+
+// Ledger is a handle on one ledger: a write handle from CreateLedger, or a read handle from
+// OpenLedger. Methods are safe for concurrent use.
+type Ledger struct {
+	c        *Client
+	id       int64
+	password []byte
+	key      [20]byte
+	dg       *digester
+	readOnly bool
+	macs     sync.Pool // HMAC states for DigestHMAC
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	md      *metadata.LedgerMetadata
+	version metadata.Version
+	// nextEntry is the id the next Append gets; lac is the last entry acknowledged to the
+	// application (all before it too), confirmedLength the ledger length up to lac.
+	nextEntry       int64
+	lac             int64
+	length          int64
+	confirmedLength int64
+	// pending are adds not yet acknowledged to the application, in entry order.
+	pending []*addOp
+	// err is sticky: once set, every pending and later add fails with it.
+	err     error
+	closing bool
+	// changing is set while an ensemble change runs: adds are not acknowledged (the LAC does
+	// not move) and new adds are held in unsent until the new ensemble is in the metadata.
+	changing  bool
+	unsent    []*addOp
+	toReplace map[string]bool
+	changes   int
+	// idle is signalled whenever pending shrinks, for Close.
+	idle *sync.Cond
+
+	// cbMu is taken, before mu is released, by whoever delivers callbacks, so callbacks run in
+	// entry order even when completions arrive on different goroutines.
+	cbMu sync.Mutex
+
+	ops  sync.Pool
+	reqs sync.Pool
+}
+
+// addOp is one add in flight.
+type addOp struct {
+	lh       *Ledger
+	entryID  int64
+	length   int64
+	hdr      [entryHeaderSize + 20]byte
+	parts    [2][]byte
+	ensemble []string
+	acked    uint64
+	ackCount int
+	// completed: Qa bookies of its write set acknowledged it (or it failed); popped: removed
+	// from pending for delivery; delivered: its callback has run.
+	completed   bool
+	popped      bool
+	delivered   bool
+	outstanding int
+	done        func(entryID int64, err error)
+	err         error
+}
+
+// addReq is one request of an add to one bookie; it tells responses of an old bookie (replaced
+// by an ensemble change) from the current one's.
+type addReq struct {
+	op   *addOp
+	pos  int
+	addr string
+}
+
+func newLedger(c *Client, id int64, md *metadata.LedgerMetadata, version metadata.Version, password []byte, readOnly bool) (*Ledger, error) {
+	dg, err := newDigester(md.DigestType, password)
+	if err != nil {
+		return nil, err
+	}
+	lh := &Ledger{
+		c: c, id: id, password: append([]byte(nil), password...), key: MasterKey(password), dg: dg,
+		readOnly: readOnly, md: md, version: version, lac: -1, toReplace: map[string]bool{},
+	}
+	if md.State == metadata.StateClosed {
+		lh.lac, lh.nextEntry, lh.confirmedLength, lh.length = md.LastEntryID, md.LastEntryID+1, md.Length, md.Length
+	}
+	lh.idle = sync.NewCond(&lh.mu)
+	lh.macs.New = func() any { return dg.newMAC() }
+	lh.ops.New = func() any { return &addOp{lh: lh} }
+	lh.reqs.New = func() any { return &addReq{} }
+	return lh, nil
+}
+
+// ID returns the ledger id.
+func (lh *Ledger) ID() int64 { return lh.id }
+
+// Metadata returns a copy of the ledger's metadata as this handle knows it.
+func (lh *Ledger) Metadata() *metadata.LedgerMetadata {
+	lh.mu.Lock()
+	defer lh.mu.Unlock()
+	return lh.md.Clone()
+}
+
+// LastAddConfirmed is the last entry acknowledged to the application by this handle (write
+// handle), or the last entry of a closed or recovered ledger, or the last LAC read (-1: none).
+func (lh *Ledger) LastAddConfirmed() int64 {
+	lh.mu.Lock()
+	defer lh.mu.Unlock()
+	return lh.lac
+}
+
+// Append adds data as the next entry and returns its id once Qa bookies have it durably.
+func (lh *Ledger) Append(ctx context.Context, data []byte) (int64, error) {
+	type result struct {
+		id  int64
+		err error
+	}
+	ch := make(chan result, 1)
+	lh.AppendAsync(data, func(id int64, err error) { ch <- result{id, err} })
+	select {
+	case r := <-ch:
+		return r.id, r.err
+	case <-ctx.Done():
+		// The add goes on; its outcome is not known to the caller.
+		return -1, ctx.Err()
+	}
+}
+
+// AppendAsync adds data as the next entry; done is called once with its id when Qa bookies
+// have it, or with an error. Calls come strictly in entry order. done must not block: it runs
+// on a connection's goroutine. data must not change until done is called.
+func (lh *Ledger) AppendAsync(data []byte, done func(entryID int64, err error)) {
+	if lh.readOnly {
+		done(-1, ErrReadOnly)
+		return
+	}
+	if limit := lh.c.maxPayload(lh.dg); len(data) > limit {
+		done(-1, fmt.Errorf("%w: %d bytes, limit %d", ErrEntryTooLarge, len(data), limit))
+		return
+	}
+	lh.mu.Lock()
+	if err := lh.writableErrLocked(); err != nil {
+		lh.mu.Unlock()
+		done(-1, err)
+		return
+	}
+	op := lh.ops.Get().(*addOp)
+	op.entryID = lh.nextEntry
+	lh.nextEntry++
+	lh.length += int64(len(data))
+	op.length = lh.length
+	op.acked, op.ackCount, op.completed, op.popped, op.delivered, op.outstanding, op.err = 0, 0, false, false, false, 0, nil
+	op.done = done
+	lac := lh.lac
+	lh.pending = append(lh.pending, op)
+	// The digest is computed under the lock: the entry carries the LAC as of now.
+	var mac hash.Hash
+	if lh.dg.typ == DigestHMAC {
+		mac = lh.macs.Get().(hash.Hash)
+	}
+	lh.dg.seal(op.hdr[:lh.dg.headerSize()], mac, lh.id, op.entryID, lac, op.length, data)
+	if mac != nil {
+		lh.macs.Put(mac)
+	}
+	op.parts = [2][]byte{op.hdr[:lh.dg.headerSize()], data}
+	if lh.changing {
+		lh.unsent = append(lh.unsent, op)
+		lh.mu.Unlock()
+		return
+	}
+	var sends [maxWriteQuorum]sendTarget
+	n := lh.prepareSendLocked(op, allPositions(lh.md.WriteQuorumSize), sends[:0])
+	lh.mu.Unlock()
+	lh.send(sends[:n])
+}
+
+func (lh *Ledger) writableErrLocked() error {
+	switch {
+	case lh.err != nil:
+		return lh.err
+	case lh.closing:
+		return ErrLedgerClosed
+	case lh.md.State == metadata.StateClosed:
+		return ErrLedgerClosed
+	}
+	return nil
+}
+
+func allPositions(qw int) uint64 { return uint64(1)<<qw - 1 }
+
+type sendTarget struct {
+	req  *addReq
+	addr string
+}
+
+// prepareSendLocked points op at the current ensemble and lists requests for the positions in
+// mask, counting them as outstanding.
+func (lh *Ledger) prepareSendLocked(op *addOp, mask uint64, dst []sendTarget) int {
+	last, _ := lh.md.LastEnsemble()
+	op.ensemble = last.Bookies
+	e := int64(lh.md.EnsembleSize)
+	for pos := range lh.md.WriteQuorumSize {
+		if mask&(1<<pos) == 0 {
+			continue
+		}
+		addr := op.ensemble[(op.entryID+int64(pos))%e]
+		req := lh.reqs.Get().(*addReq)
+		req.op, req.pos, req.addr = op, pos, addr
+		op.outstanding++
+		dst = append(dst, sendTarget{req, addr})
+	}
+	return len(dst)
+}
+
+func (lh *Ledger) send(targets []sendTarget) {
+	for _, t := range targets {
+		op := t.req.op
+		lh.c.cfg.dial(t.addr).Add(lh.id, op.entryID, &lh.key, 0, op.parts[:], addResponse, t.req)
+	}
+}
+
+// addResponse handles one bookie's answer to an add.
+func addResponse(ctx any, rc protocol.ReturnCode, err error) {
+	req := ctx.(*addReq)
+	op, pos, addr := req.op, req.pos, req.addr
+	lh := op.lh
+	*req = addReq{}
+	lh.reqs.Put(req)
+
+	lh.mu.Lock()
+	op.outstanding--
+	current := !op.popped && op.ensemble != nil &&
+		op.ensemble[(op.entryID+int64(pos))%int64(lh.md.EnsembleSize)] == addr
+	startChange := false
+	switch {
+	case err == nil && rc == protocol.EOK:
+		if current && op.acked&(1<<pos) == 0 {
+			op.acked |= 1 << pos
+			op.ackCount++
+			op.completed = op.ackCount >= lh.md.AckQuorumSize
+		}
+	case err == nil && rc == protocol.EFENCED:
+		lh.failLocked(ErrLedgerFenced)
+	case err == nil && rc == protocol.EUA:
+		lh.failLocked(ErrUnauthorized)
+	case errors.Is(err, transport.ErrEntryTooLarge):
+		lh.failLocked(fmt.Errorf("%w: %w", ErrEntryTooLarge, err))
+	default:
+		// The bookie failed, timed out or refused (read-only, overloaded): replace it, if it is
+		// still in the ensemble.
+		if lh.err == nil && slices.Contains(lh.currentBookiesLocked(), addr) {
+			lh.c.log.Warn("add failed; replacing the bookie", "ledger", lh.id, "entry", op.entryID, "bookie", addr, "rc", rc, "err", err)
+			lh.toReplace[addr] = true
+			if !lh.changing {
+				lh.changing = true
+				startChange = true
+			}
+		}
+	}
+	var buf [16]*addOp
+	popped := lh.popLocked(buf[:0])
+	lh.recycleLocked(op)
+	lh.deliverLocked(popped)
+	if startChange {
+		go lh.changeEnsemble()
+	}
+}
+
+func (lh *Ledger) currentBookiesLocked() []string {
+	last, _ := lh.md.LastEnsemble()
+	return last.Bookies
+}
+
+// popLocked removes the completed adds at the head of pending (none while the ensemble
+// changes), appends them to dst for delivery and advances the LAC past successful ones.
+func (lh *Ledger) popLocked(dst []*addOp) []*addOp {
+	if lh.changing {
+		return dst
+	}
+	n := 0
+	for n < len(lh.pending) && lh.pending[n].completed {
+		op := lh.pending[n]
+		op.popped = true
+		if op.err == nil {
+			lh.lac = op.entryID
+			lh.confirmedLength = op.length
+		}
+		dst = append(dst, op)
+		n++
+	}
+	if n > 0 {
+		clear(lh.pending[:n])
+		lh.pending = lh.pending[n:]
+		lh.idle.Broadcast()
+	}
+	return dst
+}
+
+// deliverLocked hands popped adds to the application, in order: the caller holds mu; it takes
+// cbMu before releasing mu (so deliveries keep their order across goroutines), runs the
+// callbacks holding only cbMu, then lets the adds be recycled.
+func (lh *Ledger) deliverLocked(ops []*addOp) {
+	lh.cbMu.Lock()
+	lh.mu.Unlock()
+	for _, op := range ops {
+		id := op.entryID
+		if op.err != nil {
+			id = -1
+		}
+		op.done(id, op.err)
+	}
+	lh.cbMu.Unlock()
+	if len(ops) == 0 {
+		return
+	}
+	lh.mu.Lock()
+	for _, op := range ops {
+		op.delivered = true
+		lh.recycleLocked(op)
+	}
+	lh.mu.Unlock()
+}
+
+// recycleLocked returns op to the pool once nothing refers to it any more: delivered, and no
+// response outstanding.
+func (lh *Ledger) recycleLocked(op *addOp) {
+	if op.delivered && op.outstanding == 0 {
+		*op = addOp{lh: lh}
+		lh.ops.Put(op)
+	}
+}
+
+// failLocked makes err sticky and fails every pending add with it.
+func (lh *Ledger) failLocked(err error) {
+	if lh.err != nil {
+		return
+	}
+	lh.err = err
+	for _, op := range lh.pending {
+		op.completed, op.err = true, err
+	}
+	lh.unsent = nil
+	wasChanging := lh.changing
+	lh.changing = false
+	popped := lh.popLocked(nil)
+	lh.changing = wasChanging
+	// The caller holds mu and goes on with it: the failed adds are delivered by a goroutine,
+	// which takes mu and then cbMu, so they still come after any delivery already in progress.
+	if len(popped) > 0 {
+		go func() {
+			lh.mu.Lock()
+			lh.deliverLocked(popped)
+		}()
+	}
+}
+
+// changeEnsemble replaces the bookies in toReplace with a compare-and-set of the metadata: a
+// new ensemble from LAC+1 on (BookKeeper's ensemble change). Adds from LAC+1 on that a
+// replaced bookie had acknowledged are unacknowledged and sent to its replacement, so every
+// entry ends up on Qa bookies of the fragment the metadata records for it.
+func (lh *Ledger) changeEnsemble() {
+	for {
+		lh.mu.Lock()
+		if lh.err != nil || len(lh.toReplace) == 0 {
+			lh.changing = false
+			lh.finishChangeLocked(nil)
+			return
+		}
+		failed := lh.toReplace
+		lh.toReplace = map[string]bool{}
+		lh.changes++
+		if lh.changes > lh.c.cfg.MaxEnsembleChanges {
+			lh.failLocked(ErrTooManyEnsembleChanges)
+			lh.changing = false
+			lh.mu.Unlock()
+			return
+		}
+		md, version, lac := lh.md, lh.version, lh.lac
+		lh.mu.Unlock()
+
+		ctx, cancel := context.WithTimeout(lh.c.ctx, 30*time.Second)
+		newMd, newVersion, err := lh.updateEnsemble(ctx, md, version, lac, failed)
+		cancel()
+
+		lh.mu.Lock()
+		if err != nil {
+			lh.c.log.Error("ensemble change failed", "ledger", lh.id, "err", err)
+			lh.failLocked(err)
+			lh.changing = false
+			lh.mu.Unlock()
+			return
+		}
+		lh.md, lh.version = newMd, newVersion
+		newEns := lh.currentBookiesLocked()
+		lh.c.log.Info("ensemble changed", "ledger", lh.id, "from_entry", lac+1, "ensemble", newEns)
+		var sends []sendTarget
+		e := int64(lh.md.EnsembleSize)
+		for _, op := range lh.pending {
+			if op.ensemble == nil || op.popped {
+				continue
+			}
+			old := op.ensemble
+			op.ensemble = newEns
+			var mask uint64
+			for pos := range lh.md.WriteQuorumSize {
+				i := (op.entryID + int64(pos)) % e
+				if old[i] == newEns[i] {
+					continue
+				}
+				if op.acked&(1<<pos) != 0 {
+					op.acked &^= 1 << pos
+					op.ackCount--
+				}
+				mask |= 1 << pos
+			}
+			op.completed = op.ackCount >= lh.md.AckQuorumSize
+			var buf [maxWriteQuorum]sendTarget
+			n := lh.prepareSendLocked(op, mask, buf[:0])
+			sends = append(sends, buf[:n]...)
+		}
+		if len(lh.toReplace) > 0 {
+			// More bookies failed meanwhile: change again before releasing anything.
+			lh.mu.Unlock()
+			lh.send(sends)
+			continue
+		}
+		lh.changing = false
+		for _, op := range lh.unsent {
+			var buf [maxWriteQuorum]sendTarget
+			n := lh.prepareSendLocked(op, allPositions(lh.md.WriteQuorumSize), buf[:0])
+			sends = append(sends, buf[:n]...)
+		}
+		lh.unsent = nil
+		lh.finishChangeLocked(sends)
+		return
+	}
+}
+
+// finishChangeLocked sends, pops and delivers after an ensemble change; it unlocks mu.
+func (lh *Ledger) finishChangeLocked(sends []sendTarget) {
+	lh.deliverLocked(lh.popLocked(nil))
+	lh.send(sends)
+}
+
+// updateEnsemble writes the new ensemble into the metadata with compare-and-set, retrying on
+// conflicts; it fails if the ledger was closed or is being recovered meanwhile.
+func (lh *Ledger) updateEnsemble(ctx context.Context, md *metadata.LedgerMetadata, version metadata.Version, lac int64,
+	failed map[string]bool) (*metadata.LedgerMetadata, metadata.Version, error) {
+	backoff := 50 * time.Millisecond
+	for {
+		switch md.State {
+		case metadata.StateInRecovery:
+			return nil, 0, ErrLedgerFenced
+		case metadata.StateClosed:
+			return nil, 0, ErrLedgerClosed
+		}
+		last, _ := md.LastEnsemble()
+		ens := slices.Clone(last.Bookies)
+		for i, b := range ens {
+			if !failed[b] {
+				continue
+			}
+			repl, err := lh.c.cfg.Placement.Replace(ens, i, md.WriteQuorumSize, lh.c.writableBookies(), failed)
+			if err != nil {
+				return nil, 0, err
+			}
+			ens[i] = repl
+		}
+		next := md.Clone()
+		if last.FirstEntryID == lac+1 {
+			next.Ensembles[len(next.Ensembles)-1].Bookies = ens
+		} else {
+			next.Ensembles = append(next.Ensembles, metadata.Ensemble{FirstEntryID: lac + 1, Bookies: ens})
+		}
+		v, err := lh.c.md.Ledgers().Update(ctx, lh.id, next, version)
+		var bve *metadata.BadVersionError
+		switch {
+		case err == nil:
+			return next, v, nil
+		case errors.As(err, &bve) && bve.Metadata != nil:
+			md, version = bve.Metadata, bve.Current
+			continue
+		case errors.Is(err, metadata.ErrNoSuchLedger):
+			return nil, 0, fmt.Errorf("%w: %d was deleted", ErrNoSuchLedger, lh.id)
+		case ctx.Err() != nil:
+			return nil, 0, fmt.Errorf("ensemble change: %w", err)
+		}
+		time.Sleep(backoff)
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// Close waits for pending adds, then closes the ledger in the metadata at the last entry it
+// acknowledged. Closing a read handle does nothing. Later appends fail with ErrLedgerClosed.
+func (lh *Ledger) Close(ctx context.Context) error {
+	if lh.readOnly {
+		return nil
+	}
+	lh.mu.Lock()
+	lh.closing = true
+	stop := context.AfterFunc(ctx, func() {
+		lh.mu.Lock()
+		lh.idle.Broadcast()
+		lh.mu.Unlock()
+	})
+	defer stop()
+	for (len(lh.pending) > 0 || lh.changing) && lh.err == nil && ctx.Err() == nil {
+		lh.idle.Wait()
+	}
+	if err := ctx.Err(); err != nil {
+		lh.mu.Unlock()
+		return err
+	}
+	lac, length, ferr := lh.lac, lh.confirmedLength, lh.err
+	lh.mu.Unlock()
+	if ferr != nil && !errors.Is(ferr, ErrLedgerClosed) {
+		return ferr
+	}
+	md, v, err := metadata.UpdateLedger(ctx, lh.c.md.Ledgers(), lh.id, func(m *metadata.LedgerMetadata) error {
+		switch m.State {
+		case metadata.StateClosed:
+			if m.LastEntryID == lac {
+				return metadata.ErrUnchanged
+			}
+			return fmt.Errorf("%w: closed by another client at entry %d (this handle acknowledged up to %d)", ErrLedgerFenced, m.LastEntryID, lac)
+		case metadata.StateInRecovery:
+			return ErrLedgerFenced
+		}
+		m.State, m.LastEntryID, m.Length = metadata.StateClosed, lac, length
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	lh.mu.Lock()
+	lh.md, lh.version = md, v
+	lh.mu.Unlock()
+	return nil
+}
+
+// maxPayload is the largest payload that fits a frame: the frame limit less the request
+// header, master key, entry header and digest.
+func (c *Client) maxPayload(dg *digester) int {
+	frame := c.cfg.Transport.MaxFrameSize
+	if frame <= 0 {
+		frame = protocol.DefaultMaxFrameSize
+	}
+	return frame - protocol.LengthPrefixSize - protocol.HeaderSize - protocol.MasterKeyLength - dg.headerSize()
+}

@@ -1,0 +1,188 @@
+package client
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/ringkeeper/ringkeeper/metadata"
+)
+
+// PlacementPolicy chooses bookies for ensembles. Implementations must be safe for concurrent
+// use. available holds the writable bookies; excluded bookies must not be chosen.
+type PlacementPolicy interface {
+	// NewEnsemble picks size bookies for a ledger whose write quorum is writeQuorum.
+	NewEnsemble(size, writeQuorum int, available []metadata.BookieInfo, excluded map[string]bool) ([]string, error)
+	// Replace picks a bookie to take the place of ensemble[index].
+	Replace(ensemble []string, index, writeQuorum int, available []metadata.BookieInfo, excluded map[string]bool) (string, error)
+}
+
+// RandomPlacement picks bookies at random, weighted by free disk space, so fuller bookies get
+// fewer new ledgers (BookKeeper's default policy, with its disk-weighted option).
+type RandomPlacement struct{}
+
+func candidates(available []metadata.BookieInfo, excluded map[string]bool) []metadata.BookieInfo {
+	var out []metadata.BookieInfo
+	for _, b := range available {
+		if !excluded[b.ID] {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// weightedPick removes and returns one candidate, chosen with probability proportional to its
+// free space (bookies that report none count as average).
+func weightedPick(cands []metadata.BookieInfo) (metadata.BookieInfo, []metadata.BookieInfo) {
+	var total, reported float64
+	n := 0
+	for _, c := range cands {
+		if c.FreeDiskBytes > 0 {
+			total += float64(c.FreeDiskBytes)
+			n++
+		}
+	}
+	if n > 0 {
+		reported = total / float64(n)
+	}
+	weight := func(c metadata.BookieInfo) float64 {
+		if c.FreeDiskBytes == 0 {
+			return max(reported, 1)
+		}
+		return float64(c.FreeDiskBytes)
+	}
+	var sum float64
+	for _, c := range cands {
+		sum += weight(c)
+	}
+	x := rand.Float64() * sum
+	i := 0
+	for ; i < len(cands)-1; i++ {
+		x -= weight(cands[i])
+		if x < 0 {
+			break
+		}
+	}
+	picked := cands[i]
+	return picked, slices.Delete(slices.Clone(cands), i, i+1)
+}
+
+// NewEnsemble implements PlacementPolicy.
+func (RandomPlacement) NewEnsemble(size, _ int, available []metadata.BookieInfo, excluded map[string]bool) ([]string, error) {
+	cands := candidates(available, excluded)
+	if len(cands) < size {
+		return nil, fmt.Errorf("%w: need %d, %d writable", ErrNotEnoughBookies, size, len(cands))
+	}
+	out := make([]string, 0, size)
+	for range size {
+		var b metadata.BookieInfo
+		b, cands = weightedPick(cands)
+		out = append(out, b.ID)
+	}
+	return out, nil
+}
+
+// Replace implements PlacementPolicy.
+func (RandomPlacement) Replace(ensemble []string, _ int, _ int, available []metadata.BookieInfo, excluded map[string]bool) (string, error) {
+	ex := withEnsemble(excluded, ensemble)
+	cands := candidates(available, ex)
+	if len(cands) == 0 {
+		return "", fmt.Errorf("%w: no writable bookie outside the ensemble", ErrNotEnoughBookies)
+	}
+	b, _ := weightedPick(cands)
+	return b.ID, nil
+}
+
+func withEnsemble(excluded map[string]bool, ensemble []string) map[string]bool {
+	ex := make(map[string]bool, len(excluded)+len(ensemble))
+	for k, v := range excluded {
+		ex[k] = v
+	}
+	for _, b := range ensemble {
+		ex[b] = true
+	}
+	return ex
+}
+
+// RackAwarePlacement spreads every write quorum over at least MinRacksPerWriteQuorum racks
+// when the available bookies allow it, from a static bookie → rack map (bookies not in it are
+// in DefaultRack). With too few racks it still places the ensemble, as BookKeeper does when
+// enforceMinNumRacksPerWriteQuorum is off.
+type RackAwarePlacement struct {
+	Racks                  map[string]string
+	DefaultRack            string
+	MinRacksPerWriteQuorum int
+}
+
+func (p RackAwarePlacement) rack(id string) string {
+	if r, ok := p.Racks[id]; ok {
+		return r
+	}
+	if p.DefaultRack != "" {
+		return p.DefaultRack
+	}
+	return "/default-rack"
+}
+
+// quorumRacks returns the racks of the other members of the write quorums that position i of
+// ensemble (size n) belongs to.
+func (p RackAwarePlacement) quorumRacks(ensemble []string, i, writeQuorum int) map[string]int {
+	n := len(ensemble)
+	racks := map[string]int{}
+	for d := -(writeQuorum - 1); d <= writeQuorum-1; d++ {
+		if d == 0 {
+			continue
+		}
+		j := ((i+d)%n + n) % n
+		if j != i && ensemble[j] != "" {
+			racks[p.rack(ensemble[j])]++
+		}
+	}
+	return racks
+}
+
+func (p RackAwarePlacement) pick(ensemble []string, i, writeQuorum int, cands []metadata.BookieInfo) (metadata.BookieInfo, []metadata.BookieInfo) {
+	used := p.quorumRacks(ensemble, i, writeQuorum)
+	minRacks := max(p.MinRacksPerWriteQuorum, 2)
+	if len(used) < minRacks {
+		// Prefer a bookie on a rack the neighbouring quorum members do not use.
+		var fresh []metadata.BookieInfo
+		for _, c := range cands {
+			if used[p.rack(c.ID)] == 0 {
+				fresh = append(fresh, c)
+			}
+		}
+		if len(fresh) > 0 {
+			b, _ := weightedPick(fresh)
+			return b, slices.DeleteFunc(slices.Clone(cands), func(c metadata.BookieInfo) bool { return c.ID == b.ID })
+		}
+	}
+	return weightedPick(cands)
+}
+
+// NewEnsemble implements PlacementPolicy.
+func (p RackAwarePlacement) NewEnsemble(size, writeQuorum int, available []metadata.BookieInfo, excluded map[string]bool) ([]string, error) {
+	cands := candidates(available, excluded)
+	if len(cands) < size {
+		return nil, fmt.Errorf("%w: need %d, %d writable", ErrNotEnoughBookies, size, len(cands))
+	}
+	ensemble := make([]string, size)
+	for i := range size {
+		var b metadata.BookieInfo
+		b, cands = p.pick(ensemble, i, writeQuorum, cands)
+		ensemble[i] = b.ID
+	}
+	return ensemble, nil
+}
+
+// Replace implements PlacementPolicy.
+func (p RackAwarePlacement) Replace(ensemble []string, index, writeQuorum int, available []metadata.BookieInfo, excluded map[string]bool) (string, error) {
+	cands := candidates(available, withEnsemble(excluded, ensemble))
+	if len(cands) == 0 {
+		return "", fmt.Errorf("%w: no writable bookie outside the ensemble", ErrNotEnoughBookies)
+	}
+	e := slices.Clone(ensemble)
+	e[index] = ""
+	b, _ := p.pick(e, index, writeQuorum, cands)
+	return b.ID, nil
+}
