@@ -81,13 +81,13 @@ type faultConn struct {
 	inner bookieConn
 	addr  string
 
-	mu               sync.Mutex
-	holdAdds         bool
-	heldAdds         []func()
-	holdReads        bool
-	heldReads        []func()
-	failFencingLAC   bool
-	corruptReads     bool
+	mu             sync.Mutex
+	holdAdds       bool
+	heldAdds       []func()
+	holdReads      bool
+	heldReads      []func()
+	failFencingLAC bool
+	corruptReads   bool
 }
 
 func (f *faultConn) Add(ledgerID, entryID int64, masterKey *[20]byte, flags protocol.Flags, entry [][]byte, cb transport.AddCallback, ctx any) {
