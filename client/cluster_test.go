@@ -104,7 +104,7 @@ func (f *faultConn) Add(ledgerID, entryID int64, masterKey *[20]byte, flags prot
 func (f *faultConn) Read(ledgerID, entryID int64, flags protocol.Flags, masterKey *[20]byte, cb transport.ReadCallback, ctx any) {
 	f.mu.Lock()
 	fail := f.failFencingLAC && entryID == -1 && flags.Has(protocol.FlagDoFencing)
-	hold := f.holdReads
+	hold := f.holdReads && entryID >= 0 // LAC reads (entry -1) pass
 	corrupt := f.corruptReads
 	f.mu.Unlock()
 	if fail {

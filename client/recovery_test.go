@@ -1,0 +1,216 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/metadata"
+)
+
+// TestLostFenceMessage replays the first TLA+ counterexample (BookKeeper #2614): the writer
+// has entry 0 on b2 only; the recoverer's fencing LAC read to b3 is lost; its recovery reads
+// see entry 0 missing on b1 and b3 before b2 answers, so it closes the ledger empty. The
+// writer's held add then reaches b3. Recovery reads carry the fence flag, so b3 is fenced by
+// them and the late add is refused: the writer never gets an acknowledgement for an entry past
+// the close point.
+func TestLostFenceMessage(t *testing.T) {
+	c := startCluster(t, 3)
+	ctx := context.Background()
+	var w1conns sync.Map
+	w1 := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
+		f := &faultConn{inner: conn, addr: addr}
+		w1conns.Store(addr, f)
+		return f
+	})
+	lh, err := w1.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ens := lh.Metadata().Ensembles[0].Bookies
+	b1, b2, b3 := ens[0], ens[1], ens[2]
+	conn := func(m *sync.Map, addr string) *faultConn {
+		v, _ := m.Load(addr)
+		return v.(*faultConn)
+	}
+	// Entry 0 reaches b2 only: adds to b1 and b3 are held.
+	for _, b := range []string{b1, b3} {
+		w1.cfg.dial(b) // create the wrapper
+		f := conn(&w1conns, b)
+		f.mu.Lock()
+		f.holdAdds = true
+		f.mu.Unlock()
+	}
+	acked := make(chan error, 1)
+	lh.AppendAsync(payload(lh.ID(), 0), func(_ int64, err error) { acked <- err })
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-acked:
+		t.Fatalf("entry 0 completed with one copy: %v", err)
+	default:
+	}
+
+	var w2conns sync.Map
+	w2 := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
+		f := &faultConn{inner: conn, addr: addr}
+		w2conns.Store(addr, f)
+		return f
+	})
+	for _, b := range ens {
+		w2.cfg.dial(b)
+	}
+	f3 := conn(&w2conns, b3)
+	f3.mu.Lock()
+	f3.failFencingLAC = true // the fence message to b3 is lost
+	f3.mu.Unlock()
+	f2 := conn(&w2conns, b2)
+	f2.mu.Lock()
+	f2.holdReads = true // b2's answers come late
+	f2.mu.Unlock()
+	rh, err := w2.OpenLedger(ctx, lh.ID(), password, true)
+	f2.releaseReads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := rh.Metadata()
+	if md.State != metadata.StateClosed {
+		t.Fatalf("not closed: %+v", md)
+	}
+	// The writer's held add to b3 now arrives (b1's stays held: with b2's earlier ack, b3's
+	// would be the second acknowledgement).
+	conn(&w1conns, b3).releaseAdds()
+	select {
+	case err := <-acked:
+		if err == nil && md.LastEntryID < 0 {
+			t.Fatalf("entry 0 was acknowledged to the writer but the ledger was closed empty: data loss")
+		}
+		if err != nil && !errors.Is(err, ErrLedgerFenced) {
+			t.Logf("entry 0 failed with %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("entry 0 never completed")
+	}
+	conn(&w1conns, b1).releaseAdds()
+	t.Logf("closed at %d", md.LastEntryID)
+}
+
+// TestRecoveryFromLACMinusOneInANewFragment replays the second TLA+ counterexample (#2615): the
+// last ensemble is a new fragment whose bookies hold nothing (they answer LAC −1). Recovery
+// must start from the fragment's first entry − 1, not from −1, close at the last entry of the
+// previous fragment and leave the ensembles valid.
+func TestRecoveryFromLACMinusOneInANewFragment(t *testing.T) {
+	c := startCluster(t, 4)
+	ctx := context.Background()
+	cl := newClient(t, c, nil)
+	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 2, WriteQuorum: 2, AckQuorum: 2, Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, lh, 10)
+	first := lh.Metadata().Ensembles[0].Bookies
+	var others []string
+	for _, b := range c.BookieAddrs() {
+		if !containsStr(first, b) {
+			others = append(others, b)
+		}
+	}
+	// The writer "changed ensemble" at entry 10 to two fresh bookies, then died.
+	if _, _, err := metadata.UpdateLedger(ctx, cl.md.Ledgers(), lh.ID(), func(m *metadata.LedgerMetadata) error {
+		m.Ensembles = append(m.Ensembles, metadata.Ensemble{FirstEntryID: 10, Bookies: others})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rh, err := newClient(t, c, nil).OpenLedger(ctx, lh.ID(), password, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := rh.Metadata()
+	if md.State != metadata.StateClosed || md.LastEntryID != 9 {
+		t.Fatalf("closed at %d (%v), want 9", md.LastEntryID, md.State)
+	}
+	if err := md.Validate(); err != nil || len(md.Ensembles) != 2 {
+		t.Fatalf("ensembles after recovery: %+v (%v)", md.Ensembles, err)
+	}
+	checkEntries(t, rh, 9)
+}
+
+// TestRecoveryWithABookieDown recovers while one bookie of the ensemble is down, then again
+// after it is back; concurrent recoverers agree on the end.
+func TestRecoveryWithABookieDownAndConcurrentRecoverers(t *testing.T) {
+	c := startCluster(t, 3)
+	ctx := context.Background()
+	w := newClient(t, c, nil)
+	lh, err := w.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, lh, 100)
+	down := lh.Metadata().Ensembles[0].Bookies[2]
+	idx := -1
+	for i, a := range c.BookieAddrs() {
+		if a == down {
+			idx = i
+		}
+	}
+	if err := c.StopBookie(ctx, idx); err != nil {
+		t.Fatal(err)
+	}
+	const recoverers = 3
+	results := make([]int64, recoverers)
+	errs := make([]error, recoverers)
+	var wg sync.WaitGroup
+	for i := range recoverers {
+		wg.Go(func() {
+			rh, err := newClient(t, c, nil).OpenLedger(ctx, lh.ID(), password, true)
+			errs[i] = err
+			if err == nil {
+				results[i] = rh.Metadata().LastEntryID
+			}
+		})
+	}
+	wg.Wait()
+	for i := range recoverers {
+		if errs[i] != nil {
+			t.Fatalf("recoverer %d: %v", i, errs[i])
+		}
+		if results[i] != 99 {
+			t.Fatalf("recoverer %d closed at %d, want 99 (all agree: %v)", i, results[i], results)
+		}
+	}
+	if err := c.StartBookie(ctx, idx); err != nil {
+		t.Fatal(err)
+	}
+	rh, err := newClient(t, c, nil).OpenLedger(ctx, lh.ID(), password, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEntries(t, rh, 99)
+}
+
+// TestCorruptReplica: one replica returns damaged bytes. Reads succeed from another replica,
+// and recovery does not truncate (a digest mismatch never counts as missing).
+func TestCorruptReplica(t *testing.T) {
+	c := startCluster(t, 3)
+	ctx := context.Background()
+	w := newClient(t, c, nil)
+	lh, err := w.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, lh, 30)
+	bad := lh.Metadata().Ensembles[0].Bookies[0]
+	r := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
+		return &faultConn{inner: conn, addr: addr, corruptReads: addr == bad}
+	})
+	rh, err := r.OpenLedger(ctx, lh.ID(), password, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := rh.Metadata().LastEntryID; last != 29 {
+		t.Fatalf("recovery with a corrupt replica closed at %d, want 29", last)
+	}
+	checkEntries(t, rh, 29)
+}
