@@ -40,6 +40,7 @@ func testConfig(t testing.TB, uri, dir string) Config {
 	cfg.Engine.ReadAheadCacheMaxSize = 8 << 20
 	cfg.Engine.IndexBlockCacheSize = 8 << 20
 	cfg.Engine.Journal.MaxFileSize = 64 << 20
+	cfg.Engine.EntryLogSizeLimit = 64 << 20
 	cfg.Server.NumEventLoops = 2
 	return cfg
 }

@@ -29,6 +29,7 @@ func startCluster(t testing.TB, n int) *cluster.Cluster {
 			cfg.Engine.ReadAheadCacheMaxSize = 4 << 20
 			cfg.Engine.IndexBlockCacheSize = 4 << 20
 			cfg.Engine.Journal.MaxFileSize = 32 << 20
+			cfg.Engine.EntryLogSizeLimit = 64 << 20
 			cfg.RegistrationTTL = 2 * time.Second
 			cfg.Server.NumEventLoops = 1
 			cfg.Server.NumReadWorkerThreads = 2
