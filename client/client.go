@@ -264,3 +264,39 @@ func (c *Client) LedgerMetadata(ctx context.Context, id int64) (*metadata.Ledger
 	}
 	return md, err
 }
+
+// ReopenLedgerForWrite continues writing an OPEN ledger whose writer has gone away cleanly,
+// after its last stored entry. It is for tools (ringkeeper shell): BookKeeper has no such
+// call, and it is unsafe if the previous writer is still running, because nothing fences it.
+// Applications should close ledgers and create new ones, or recover with OpenLedger.
+func (c *Client) ReopenLedgerForWrite(ctx context.Context, id int64, password []byte) (*Ledger, error) {
+	md, version, err := c.md.Ledgers().Read(ctx, id)
+	if errors.Is(err, metadata.ErrNoSuchLedger) {
+		return nil, fmt.Errorf("%w: %d", ErrNoSuchLedger, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if md.State != metadata.StateOpen {
+		return nil, fmt.Errorf("%w: ledger %d is %v", ErrLedgerClosed, id, md.State)
+	}
+	if string(md.Password) != string(password) {
+		return nil, fmt.Errorf("%w: ledger %d", ErrUnauthorized, id)
+	}
+	lh, err := newLedger(c, id, md, version, password, false)
+	if err != nil {
+		return nil, err
+	}
+	res, err := lh.readLAC(ctx, md, false)
+	if err != nil {
+		return nil, err
+	}
+	if res.lastEntry >= 0 {
+		e, err := lh.readEntry(ctx, res.lastEntry)
+		if err != nil {
+			return nil, err
+		}
+		lh.lac, lh.nextEntry, lh.length, lh.confirmedLength = res.lastEntry, res.lastEntry+1, e.Length, e.Length
+	}
+	return lh, nil
+}

@@ -1,0 +1,123 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/bookie"
+)
+
+// smallBookies keeps standalone bookies small for tests.
+func smallBookies(_ int, cfg *bookie.Config) {
+	cfg.Engine.WriteCacheMaxSize = 16 << 20
+	cfg.Engine.ReadAheadCacheMaxSize = 4 << 20
+	cfg.Engine.IndexBlockCacheSize = 4 << 20
+	cfg.Engine.Journal.MaxFileSize = 32 << 20
+	cfg.Engine.EntryLogSizeLimit = 64 << 20
+	cfg.RegistrationTTL = 2 * time.Second
+	cfg.Server.NumEventLoops = 1
+}
+
+func standalone(t *testing.T, bookies int) Target {
+	return Target{Standalone: true, Bookies: bookies, DataDir: t.TempDir(), Bookie: smallBookies}
+}
+
+func TestWriteWorkload(t *testing.T) {
+	o := DefaultWriteOptions()
+	o.Target = standalone(t, 3)
+	o.Ledgers, o.Writers, o.InFlight, o.Duration = 2, 2, 64, time.Second
+	res, err := RunWrite(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, res, "write")
+}
+
+func TestReadWorkload(t *testing.T) {
+	for _, mode := range []string{"sequential", "random"} {
+		o := DefaultReadOptions()
+		o.Target = standalone(t, 3)
+		o.Mode, o.Ledgers, o.Entries, o.Readers, o.Duration = mode, 2, 500, 2, time.Second
+		o.Cold = mode == "random"
+		res, err := RunRead(context.Background(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkResult(t, res, "read-"+mode)
+	}
+}
+
+func TestTailWorkload(t *testing.T) {
+	o := DefaultTailOptions()
+	o.Target = standalone(t, 3)
+	o.Rate, o.Duration = 2000, time.Second
+	res, err := RunTail(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, res, "tail")
+}
+
+func TestStressWorkload(t *testing.T) {
+	o := DefaultStressOptions()
+	o.Target = standalone(t, 4)
+	o.Duration, o.MaxEntries = time.Second, 300
+	res, err := RunStress(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, res, "stress")
+}
+
+// TestStressKillBookies runs the stress workload for 30 s (5 s with -short) while bookies are
+// stopped and restarted at random; it must report zero lost entries.
+func TestStressKillBookies(t *testing.T) {
+	o := DefaultStressOptions()
+	o.Target = standalone(t, 4)
+	o.KillBookies, o.KillEvery, o.MaxEntries = true, 2*time.Second, 500
+	o.Duration = 30 * time.Second
+	if testing.Short() {
+		o.Duration = 5 * time.Second
+	}
+	res, err := RunStress(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Errors != 0 || res.Extra["ledgers_with_lost_entries"] != 0 {
+		t.Fatalf("stress with bookie restarts: %d errors, extra %v", res.Errors, res.Extra)
+	}
+	if res.Extra["bookie_restarts"] == 0 {
+		t.Fatalf("no bookie was restarted: %v", res.Extra)
+	}
+	t.Logf("%d acknowledged adds, %v", res.Ops, res.Extra)
+}
+
+func TestPebbleBaselineAndReport(t *testing.T) {
+	o := DefaultJournalOptions()
+	o.Dirs = []string{t.TempDir()}
+	o.Writers, o.Outstanding, o.Duration = 4, 4, 500*time.Millisecond
+	o.MaxFileSize = 64 << 20
+	base, err := RunPebbleBaseline(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, base, "pebble-synced-commit")
+	res, err := RunJournal(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Baseline = base
+	var b bytes.Buffer
+	if err := WriteReport(&b, res); err != nil {
+		t.Fatal(err)
+	}
+	html := b.String()
+	for _, want := range []string{"<svg", "polyline", "pebble-synced-commit", "journal", "Latency percentiles"} {
+		if !strings.Contains(html, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}

@@ -1,0 +1,272 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/client"
+)
+
+// StressOptions configures the stress workload: a long mixed run in which workers create
+// ledgers, write them, read them back, close and delete them, optionally while bookies are
+// stopped and restarted at random; at the end every acknowledged entry of every ledger that
+// was not deleted is read back, and any loss is reported as an error.
+type StressOptions struct {
+	Target
+	Workers int
+	// MaxEntries bounds the entries written to one ledger.
+	MaxEntries int
+	EntrySize  int
+	InFlight   int
+	// KillBookies stops and restarts standalone bookies at random (one at a time).
+	KillBookies bool
+	KillEvery   time.Duration
+	Duration    time.Duration
+	Progress    io.Writer
+}
+
+// DefaultStressOptions returns the defaults of `ringkeeper bench stress`.
+func DefaultStressOptions() StressOptions {
+	return StressOptions{
+		Target: Target{Bookies: 4}, Workers: 4, MaxEntries: 2000, EntrySize: 512, InFlight: 64,
+		KillEvery: 3 * time.Second, Duration: 30 * time.Second,
+	}
+}
+
+func (o StressOptions) config() map[string]any {
+	return map[string]any{
+		"metadata": o.MetadataURI, "standalone": o.Standalone, "bookies": o.Bookies, "workers": o.Workers,
+		"max_entries": o.MaxEntries, "entry_size": o.EntrySize, "in_flight": o.InFlight,
+		"kill_bookies": o.KillBookies, "kill_every_s": o.KillEvery.Seconds(), "duration_s": o.Duration.Seconds(),
+	}
+}
+
+// stressPayload is the deterministic content of (ledger, entry), so verification needs no copy.
+func stressPayload(ledger, entry int64, size int) []byte {
+	b := make([]byte, size)
+	seed := uint64(ledger)*0x9E3779B97F4A7C15 ^ uint64(entry)
+	for i := range b {
+		seed = seed*6364136223846793005 + 1442695040888963407
+		b[i] = byte(seed >> 56)
+	}
+	return b
+}
+
+type stressLedger struct {
+	id      int64
+	acked   int64 // entries 0..acked were acknowledged
+	deleted bool
+}
+
+// RunStress runs the stress workload.
+func RunStress(ctx context.Context, o StressOptions) (*Result, error) {
+	if o.KillBookies && !o.Standalone {
+		return nil, errors.New("bench: --kill-bookies needs --standalone")
+	}
+	if o.Workers < 1 || o.MaxEntries < 1 || o.InFlight < 1 {
+		return nil, errors.New("bench: workers, max entries and in-flight must be positive")
+	}
+	t, err := o.Target.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer t.cleanup()
+	rec := NewRecorder()
+	var ops struct{ created, closed, deleted, verified, failedOps, kills atomic.Int64 }
+	var mu sync.Mutex
+	var ledgers []*stressLedger
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	if o.KillBookies {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(7, 7))
+			for runCtx.Err() == nil {
+				sleepCtx(runCtx, o.KillEvery)
+				if runCtx.Err() != nil {
+					return
+				}
+				i := rng.IntN(t.cluster.Size())
+				if err := t.cluster.StopBookie(context.Background(), i); err != nil {
+					continue
+				}
+				ops.kills.Add(1)
+				sleepCtx(runCtx, time.Duration(200+rng.IntN(1000))*time.Millisecond)
+				for attempt := 0; attempt < 30; attempt++ {
+					sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+					err := t.cluster.StartBookie(sctx, i)
+					scancel()
+					if err == nil {
+						break
+					}
+					time.Sleep(200 * time.Millisecond)
+				}
+			}
+		})
+	}
+	for w := range o.Workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 11))
+			for runCtx.Err() == nil {
+				q := [][3]int{{3, 3, 2}, {3, 2, 2}, {2, 2, 2}, {3, 3, 3}}[rng.IntN(4)]
+				lh, err := t.client.CreateLedger(runCtx, client.CreateOptions{EnsembleSize: q[0], WriteQuorum: q[1], AckQuorum: q[2], Password: benchPassword})
+				if err != nil {
+					ops.failedOps.Add(1)
+					sleepCtx(runCtx, 100*time.Millisecond)
+					continue
+				}
+				ops.created.Add(1)
+				sl := &stressLedger{id: lh.ID(), acked: -1}
+				mu.Lock()
+				ledgers = append(ledgers, sl)
+				mu.Unlock()
+				n := 1 + rng.IntN(o.MaxEntries)
+				sem := make(chan struct{}, o.InFlight)
+				var inner sync.WaitGroup
+				var failed atomic.Bool
+				for e := range n {
+					if runCtx.Err() != nil || failed.Load() {
+						break
+					}
+					sem <- struct{}{}
+					inner.Add(1)
+					sent := benchNow()
+					lh.AppendAsync(stressPayload(lh.ID(), int64(e), o.EntrySize), func(id int64, err error) {
+						if err != nil {
+							failed.Store(true)
+						} else {
+							rec.Record(time.Duration(benchNow()-sent), o.EntrySize)
+							mu.Lock()
+							sl.acked = id // completions come in order
+							mu.Unlock()
+						}
+						<-sem
+						inner.Done()
+					})
+				}
+				inner.Wait()
+				if failed.Load() {
+					ops.failedOps.Add(1) // an unwritable ledger is abandoned; verification recovers it
+					continue
+				}
+				switch rng.IntN(4) {
+				case 0: // leave it open: verification recovers it
+				default:
+					if err := lh.Close(runCtx); err != nil {
+						ops.failedOps.Add(1)
+						continue
+					}
+					ops.closed.Add(1)
+				}
+				if rng.IntN(3) == 0 {
+					if verifyStressLedger(runCtx, t.client, sl, o.EntrySize) == nil {
+						ops.verified.Add(1)
+					}
+				}
+				if rng.IntN(3) == 0 {
+					if err := t.client.DeleteLedger(runCtx, lh.ID()); err == nil {
+						mu.Lock()
+						sl.deleted = true
+						mu.Unlock()
+						ops.deleted.Add(1)
+					}
+				}
+			}
+		})
+	}
+	stop := make(chan struct{})
+	var pw sync.WaitGroup
+	pw.Go(func() { rec.Progress(o.Progress, time.Second, stop) })
+	sleepCtx(ctx, o.Duration)
+	rec.Stop()
+	cancel()
+	wg.Wait()
+	close(stop)
+	pw.Wait()
+	if o.KillBookies {
+		for i := range t.cluster.Size() {
+			if t.cluster.Bookie(i) == nil {
+				t.cluster.StartBookie(ctx, i)
+			}
+		}
+	}
+	// Verify: every acknowledged entry of every ledger not deleted, after recovery.
+	var lost, unverifiable int64
+	for _, sl := range ledgers {
+		if sl.deleted {
+			continue
+		}
+		var err error
+		for attempt := 0; attempt < 10; attempt++ {
+			vctx, vcancel := context.WithTimeout(ctx, 30*time.Second)
+			err = verifyStressLedger(vctx, t.client, sl, o.EntrySize)
+			vcancel()
+			if err == nil || errors.Is(err, errLost) {
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		switch {
+		case errors.Is(err, errLost):
+			lost++
+			fmt.Fprintf(o.progressOrDiscard(), "LOSS: %v\n", err)
+		case err != nil:
+			unverifiable++
+			fmt.Fprintf(o.progressOrDiscard(), "could not verify ledger %d: %v\n", sl.id, err)
+		}
+	}
+	res := rec.Result("stress", o.config())
+	res.Errors = lost + unverifiable
+	res.Extra = map[string]float64{
+		"ledgers_created": float64(ops.created.Load()), "ledgers_closed": float64(ops.closed.Load()),
+		"ledgers_deleted": float64(ops.deleted.Load()), "ledgers_verified_during_run": float64(ops.verified.Load()),
+		"failed_ops": float64(ops.failedOps.Load()), "bookie_restarts": float64(ops.kills.Load()),
+		"ledgers_with_lost_entries": float64(lost), "ledgers_unverifiable": float64(unverifiable),
+	}
+	return res, nil
+}
+
+func (o StressOptions) progressOrDiscard() io.Writer {
+	if o.Progress == nil {
+		return io.Discard
+	}
+	return o.Progress
+}
+
+var errLost = errors.New("bench: acknowledged entry lost")
+
+// verifyStressLedger recovers the ledger and checks entries 0..acked.
+func verifyStressLedger(ctx context.Context, cl *client.Client, sl *stressLedger, size int) error {
+	rh, err := cl.OpenLedger(ctx, sl.id, benchPassword, true)
+	if err != nil {
+		return err
+	}
+	md := rh.Metadata()
+	if md.LastEntryID < sl.acked {
+		return fmt.Errorf("%w: ledger %d closed at %d, entry %d was acknowledged", errLost, sl.id, md.LastEntryID, sl.acked)
+	}
+	if sl.acked < 0 {
+		return nil
+	}
+	var next int64
+	for e, err := range rh.Entries(ctx, 0, sl.acked) {
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(e.Payload, stressPayload(sl.id, e.EntryID, size)) {
+			return fmt.Errorf("%w: ledger %d entry %d has other bytes", errLost, sl.id, e.EntryID)
+		}
+		next = e.EntryID + 1
+	}
+	if next != sl.acked+1 {
+		return fmt.Errorf("%w: ledger %d: read %d entries, %d were acknowledged", errLost, sl.id, next, sl.acked+1)
+	}
+	return nil
+}

@@ -1,0 +1,73 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+
+	"github.com/ringkeeper/ringkeeper/bookie"
+	"github.com/ringkeeper/ringkeeper/client"
+	"github.com/ringkeeper/ringkeeper/cluster"
+)
+
+// Target says where a client workload runs: an existing cluster (MetadataURI) or an in-process
+// standalone cluster started for the run.
+type Target struct {
+	MetadataURI string
+	Standalone  bool
+	// Bookies and DataDir configure the standalone cluster (DataDir "" = a temporary dir that
+	// is removed afterwards).
+	Bookies int
+	DataDir string
+	// Bookie adjusts each standalone bookie's config.
+	Bookie func(i int, cfg *bookie.Config)
+}
+
+// connected is a target being used: a client, and the cluster when standalone.
+type connected struct {
+	client  *client.Client
+	cluster *cluster.Cluster
+	cleanup func()
+}
+
+func (t Target) connect(ctx context.Context) (*connected, error) {
+	c := &connected{cleanup: func() {}}
+	uri := t.MetadataURI
+	if t.Standalone {
+		dir := t.DataDir
+		if dir == "" {
+			tmp, err := os.MkdirTemp("", "ringkeeper-bench-standalone-")
+			if err != nil {
+				return nil, err
+			}
+			dir = tmp
+			c.cleanup = func() { os.RemoveAll(tmp) }
+		}
+		cl, err := cluster.Start(ctx, cluster.Config{DataDir: dir, Bookies: max(t.Bookies, 1), Bookie: t.Bookie, Logger: quietLogger()})
+		if err != nil {
+			c.cleanup()
+			return nil, err
+		}
+		c.cluster = cl
+		uri = cl.MetadataURI()
+		prev := c.cleanup
+		c.cleanup = func() { cl.Close(context.Background()); prev() }
+	}
+	if uri == "" {
+		return nil, errors.New("bench: give --metadata URI or --standalone")
+	}
+	cfg := client.DefaultConfig(uri)
+	cfg.Logger = quietLogger()
+	cl, err := client.New(ctx, cfg)
+	if err != nil {
+		c.cleanup()
+		return nil, err
+	}
+	c.client = cl
+	prev := c.cleanup
+	c.cleanup = func() { cl.Close(); prev() }
+	return c, nil
+}
+
+var _ = slog.Default

@@ -1,0 +1,221 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/client"
+)
+
+// WriteOptions configures the write workload: clients → bookies over the network.
+type WriteOptions struct {
+	Target
+	Ensemble, WriteQuorum, AckQuorum int
+	EntrySize                        int
+	// Ledgers are written round-robin by the writers (each writer owns Ledgers/Writers).
+	Ledgers int
+	Writers int
+	// InFlight is the number of appends each writer keeps outstanding.
+	InFlight int
+	// Rate is the total appends per second (open loop); 0 means closed loop.
+	Rate     float64
+	Duration time.Duration
+	Warmup   time.Duration
+	Progress io.Writer
+}
+
+// DefaultWriteOptions returns the defaults of `ringkeeper bench write`.
+func DefaultWriteOptions() WriteOptions {
+	return WriteOptions{
+		Target:   Target{Bookies: 3},
+		Ensemble: 3, WriteQuorum: 3, AckQuorum: 2, EntrySize: 1024, Ledgers: 1, Writers: 1, InFlight: 1000,
+		Duration: 10 * time.Second,
+	}
+}
+
+func (o WriteOptions) config() map[string]any {
+	return map[string]any{
+		"metadata": o.MetadataURI, "standalone": o.Standalone, "bookies": o.Bookies,
+		"ensemble": o.Ensemble, "write_quorum": o.WriteQuorum, "ack_quorum": o.AckQuorum,
+		"entry_size": o.EntrySize, "ledgers": o.Ledgers, "writers": o.Writers, "in_flight": o.InFlight,
+		"rate": o.Rate, "duration_s": o.Duration.Seconds(), "warmup_s": o.Warmup.Seconds(),
+	}
+}
+
+func (o WriteOptions) validate() error {
+	if o.Writers < 1 || o.InFlight < 1 || o.Ledgers < o.Writers || o.Duration <= 0 || o.EntrySize < 0 {
+		return fmt.Errorf("bench: writers (%d) and in-flight (%d) must be positive, ledgers (%d) at least writers, duration positive",
+			o.Writers, o.InFlight, o.Ledgers)
+	}
+	return nil
+}
+
+// RunWrite runs the write workload.
+func RunWrite(ctx context.Context, o WriteOptions) (*Result, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	t, err := o.Target.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer t.cleanup()
+	ledgers, err := createLedgers(ctx, t.client, o.Ledgers, o.Ensemble, o.WriteQuorum, o.AckQuorum)
+	if err != nil {
+		return nil, err
+	}
+	defer closeLedgers(ledgers)
+	rec := NewRecorder()
+	res, err := runAppends(ctx, appendLoad{
+		ledgers: ledgers, writers: o.Writers, inFlight: o.InFlight, entrySize: o.EntrySize, rate: o.Rate,
+		duration: o.Duration, warmup: o.Warmup, progress: o.Progress,
+	}, rec)
+	if err != nil {
+		return nil, err
+	}
+	r := rec.Result("write", o.config())
+	r.Extra = map[string]float64{"appended": float64(res.appended), "failed": float64(res.failed)}
+	return r, nil
+}
+
+var benchPassword = []byte("ringkeeper-bench")
+
+func createLedgers(ctx context.Context, cl *client.Client, n, e, qw, qa int) ([]*client.Ledger, error) {
+	var out []*client.Ledger
+	for range n {
+		lh, err := cl.CreateLedger(ctx, client.CreateOptions{EnsembleSize: e, WriteQuorum: qw, AckQuorum: qa, Password: benchPassword})
+		if err != nil {
+			closeLedgers(out)
+			return nil, err
+		}
+		out = append(out, lh)
+	}
+	return out, nil
+}
+
+func closeLedgers(ls []*client.Ledger) {
+	for _, lh := range ls {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		lh.Close(ctx)
+		cancel()
+	}
+}
+
+// appendLoad drives async appends: each writer keeps inFlight appends outstanding over its
+// share of the ledgers, closed loop or at a total rate.
+type appendLoad struct {
+	ledgers   []*client.Ledger
+	writers   int
+	inFlight  int
+	entrySize int
+	rate      float64
+	duration  time.Duration
+	warmup    time.Duration
+	progress  io.Writer
+	// stamp writes the send time into the payload (for tail latency).
+	stamp bool
+	// onAck, if set, is called for every acknowledged entry.
+	onAck func(ledger, entry int64)
+}
+
+type appendResult struct {
+	appended, failed int64
+}
+
+func runAppends(ctx context.Context, l appendLoad, rec *Recorder) (appendResult, error) {
+	var res appendResult
+	var mu sync.Mutex
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := range l.writers {
+		var mine []*client.Ledger
+		for i := w; i < len(l.ledgers); i += l.writers {
+			mine = append(mine, l.ledgers[i])
+		}
+		wg.Go(func() {
+			sem := make(chan struct{}, l.inFlight)
+			payloads := make([][]byte, l.inFlight)
+			free := make(chan int, l.inFlight)
+			for i := range payloads {
+				payloads[i] = make([]byte, max(l.entrySize, 8))
+				for j := range payloads[i] {
+					payloads[i][j] = byte(rand.Uint32())
+				}
+				free <- i
+			}
+			var interval int64
+			if l.rate > 0 {
+				interval = int64(float64(time.Second) * float64(l.writers) / l.rate)
+			}
+			sched := benchNow()
+			var inner sync.WaitGroup
+			for n := 0; runCtx.Err() == nil; n++ {
+				select {
+				case sem <- struct{}{}:
+				case <-runCtx.Done():
+					continue
+				}
+				slot := <-free
+				lh := mine[n%len(mine)]
+				sent := benchNow()
+				if interval > 0 {
+					if wait := sched - sent; wait > 0 {
+						time.Sleep(time.Duration(wait))
+					}
+					sent = sched
+					sched += interval
+				}
+				p := payloads[slot][:l.entrySize]
+				if l.stamp {
+					p = payloads[slot][:max(l.entrySize, 8)]
+					binary.LittleEndian.PutUint64(p, uint64(time.Now().UnixNano()))
+				}
+				inner.Add(1)
+				lh.AppendAsync(p, func(id int64, err error) {
+					if err != nil {
+						rec.Error()
+						mu.Lock()
+						res.failed++
+						mu.Unlock()
+					} else {
+						rec.Record(time.Duration(benchNow()-sent), l.entrySize)
+						mu.Lock()
+						res.appended++
+						mu.Unlock()
+						if l.onAck != nil {
+							l.onAck(lh.ID(), id)
+						}
+					}
+					free <- slot
+					<-sem
+					inner.Done()
+				})
+			}
+			inner.Wait()
+		})
+	}
+	if l.warmup > 0 {
+		sleepCtx(ctx, l.warmup)
+		rec.Restart()
+	}
+	stop := make(chan struct{})
+	var pw sync.WaitGroup
+	pw.Go(func() { rec.Progress(l.progress, time.Second, stop) })
+	sleepCtx(ctx, l.duration)
+	rec.Stop()
+	cancel()
+	wg.Wait()
+	close(stop)
+	pw.Wait()
+	if res.appended == 0 && res.failed > 0 {
+		return res, errors.New("bench: every append failed")
+	}
+	return res, nil
+}

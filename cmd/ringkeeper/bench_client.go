@@ -1,0 +1,179 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/ringkeeper/ringkeeper/bench"
+)
+
+// targetFlags are the flags of the workloads that run against a cluster.
+func targetFlags(f *pflag.FlagSet, t *bench.Target) {
+	f.StringVar(&t.MetadataURI, "metadata", "", "metadata service URI of an existing cluster, e.g. etcd://127.0.0.1:2379/ledgers")
+	f.BoolVar(&t.Standalone, "standalone", false, "start an in-process cluster (embedded etcd and --bookies bookies) for the run")
+	f.IntVar(&t.Bookies, "bookies", t.Bookies, "bookies of the --standalone cluster")
+	f.StringVar(&t.DataDir, "data-dir", "", "data directory of the --standalone cluster (default: a temporary one)")
+}
+
+func physlimitDir(t bench.Target) string {
+	if t.DataDir != "" {
+		return t.DataDir
+	}
+	return os.TempDir()
+}
+
+func benchWriteCommand() *cobra.Command {
+	o := bench.DefaultWriteOptions()
+	var out output
+	cmd := &cobra.Command{
+		Use:   "write",
+		Short: "Clients append to ledgers over the network",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Progress = out.progress()
+			phys, err := out.measure(cmd.Context(), physlimitDir(o.Target))
+			if err != nil {
+				return err
+			}
+			res, err := bench.RunWrite(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return out.result(res, phys)
+		},
+	}
+	f := cmd.Flags()
+	targetFlags(f, &o.Target)
+	f.IntVar(&o.Ensemble, "ensemble", o.Ensemble, "ensemble size")
+	f.IntVar(&o.WriteQuorum, "write-quorum", o.WriteQuorum, "write quorum")
+	f.IntVar(&o.AckQuorum, "ack-quorum", o.AckQuorum, "ack quorum")
+	f.IntVar(&o.EntrySize, "entry-size", o.EntrySize, "entry payload size in bytes")
+	f.IntVar(&o.Ledgers, "ledgers", o.Ledgers, "ledgers written (round-robin)")
+	f.IntVar(&o.Writers, "writers", o.Writers, "writer goroutines")
+	f.IntVar(&o.InFlight, "in-flight", o.InFlight, "appends in flight per writer")
+	f.Float64Var(&o.Rate, "rate", o.Rate, "total appends per second (0 = closed loop)")
+	f.DurationVar(&o.Duration, "duration", o.Duration, "measured duration")
+	f.DurationVar(&o.Warmup, "warmup", o.Warmup, "unmeasured warm-up")
+	out.register(f)
+	return cmd
+}
+
+func benchReadCommand() *cobra.Command {
+	o := bench.DefaultReadOptions()
+	var out output
+	cmd := &cobra.Command{
+		Use:   "read",
+		Short: "Catch-up reads of ledgers written first (sequential or random)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Progress = out.progress()
+			phys, err := out.measure(cmd.Context(), physlimitDir(o.Target))
+			if err != nil {
+				return err
+			}
+			res, err := bench.RunRead(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return out.result(res, phys)
+		},
+	}
+	f := cmd.Flags()
+	targetFlags(f, &o.Target)
+	f.StringVar(&o.Mode, "mode", o.Mode, "sequential or random")
+	f.IntVar(&o.Ledgers, "ledgers", o.Ledgers, "ledgers written first")
+	f.IntVar(&o.Entries, "entries", o.Entries, "entries per ledger")
+	f.IntVar(&o.Ensemble, "ensemble", o.Ensemble, "ensemble size")
+	f.IntVar(&o.WriteQuorum, "write-quorum", o.WriteQuorum, "write quorum")
+	f.IntVar(&o.AckQuorum, "ack-quorum", o.AckQuorum, "ack quorum")
+	f.IntVar(&o.EntrySize, "entry-size", o.EntrySize, "entry payload size in bytes")
+	f.IntVar(&o.Readers, "readers", o.Readers, "reader goroutines")
+	f.IntVar(&o.InFlight, "in-flight", o.InFlight, "entries each sequential reader reads at once")
+	f.BoolVar(&o.Cold, "cold", false, "restart the standalone bookies after writing, so their caches are empty")
+	f.DurationVar(&o.Duration, "duration", o.Duration, "measured duration")
+	out.register(f)
+	return cmd
+}
+
+func benchTailCommand() *cobra.Command {
+	o := bench.DefaultTailOptions()
+	var out output
+	cmd := &cobra.Command{
+		Use:   "tail",
+		Short: "Readers follow writers; latency is from append to read",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Progress = out.progress()
+			phys, err := out.measure(cmd.Context(), physlimitDir(o.Target))
+			if err != nil {
+				return err
+			}
+			res, err := bench.RunTail(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return out.result(res, phys)
+		},
+	}
+	f := cmd.Flags()
+	targetFlags(f, &o.Target)
+	f.IntVar(&o.Ensemble, "ensemble", o.Ensemble, "ensemble size")
+	f.IntVar(&o.WriteQuorum, "write-quorum", o.WriteQuorum, "write quorum")
+	f.IntVar(&o.AckQuorum, "ack-quorum", o.AckQuorum, "ack quorum")
+	f.IntVar(&o.EntrySize, "entry-size", o.EntrySize, "entry payload size in bytes (at least 8)")
+	f.IntVar(&o.Ledgers, "ledgers", o.Ledgers, "ledgers, one writer and one tailing reader each")
+	f.IntVar(&o.InFlight, "in-flight", o.InFlight, "appends in flight per writer")
+	f.Float64Var(&o.Rate, "rate", o.Rate, "total appends per second")
+	f.DurationVar(&o.PollInterval, "poll-interval", o.PollInterval, "how often a caught-up reader asks for the LAC")
+	f.DurationVar(&o.Duration, "duration", o.Duration, "measured duration")
+	out.register(f)
+	return cmd
+}
+
+func benchStressCommand() *cobra.Command {
+	o := bench.DefaultStressOptions()
+	var out output
+	cmd := &cobra.Command{
+		Use:   "stress",
+		Short: "Long mixed workload (create, write, read, close, delete); verifies every acknowledged entry at the end",
+		Long: `Workers create ledgers, write them, read them back, close and delete them. With
+--kill-bookies (needs --standalone) bookies are stopped and restarted at random. At the end every
+acknowledged entry of every ledger that was not deleted is recovered and read back; any loss is an
+error and the command fails.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Progress = out.progress()
+			phys, err := out.measure(cmd.Context(), physlimitDir(o.Target))
+			if err != nil {
+				return err
+			}
+			res, err := bench.RunStress(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			if err := out.result(res, phys); err != nil {
+				return err
+			}
+			if res.Errors > 0 {
+				return errStressLoss(res.Errors)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	targetFlags(f, &o.Target)
+	f.IntVar(&o.Workers, "workers", o.Workers, "worker goroutines")
+	f.IntVar(&o.MaxEntries, "max-entries", o.MaxEntries, "most entries written to one ledger")
+	f.IntVar(&o.EntrySize, "entry-size", o.EntrySize, "entry payload size in bytes")
+	f.IntVar(&o.InFlight, "in-flight", o.InFlight, "appends in flight per worker")
+	f.BoolVar(&o.KillBookies, "kill-bookies", false, "stop and restart standalone bookies at random")
+	f.DurationVar(&o.KillEvery, "kill-every", o.KillEvery, "time between bookie restarts")
+	f.DurationVar(&o.Duration, "duration", o.Duration, "duration of the mixed workload")
+	out.register(f)
+	return cmd
+}
+
+type errStressLoss int64
+
+func (e errStressLoss) Error() string {
+	return fmt.Sprintf("stress: %d ledgers lost acknowledged entries or could not be verified", int64(e))
+}

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ringkeeper/ringkeeper/client"
+	"github.com/ringkeeper/ringkeeper/metadata"
+)
+
+// metadataFlag is the shared --metadata flag of the shell commands.
+type metadataFlag struct{ uri string }
+
+func (m *metadataFlag) register(cmd *cobra.Command) {
+	cmd.PersistentFlags().StringVar(&m.uri, "metadata", "etcd://127.0.0.1:2379/ledgers", "metadata service URI")
+}
+
+func (m *metadataFlag) client(ctx context.Context) (*client.Client, error) {
+	cfg := client.DefaultConfig(m.uri)
+	cfg.Logger = newLogger("text", "error")
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	return client.New(ctx, cfg)
+}
+
+// shellLedgerCommand is `ringkeeper shell ledger create|append|read|list|close|delete|metadata`.
+func shellLedgerCommand() *cobra.Command {
+	var md metadataFlag
+	var password string
+	cmd := &cobra.Command{Use: "ledger", Short: "Create, write, read, list and delete ledgers"}
+	md.register(cmd)
+	cmd.PersistentFlags().StringVar(&password, "password", "", "ledger password")
+
+	var e, qw, qa int
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Create a ledger and print its id",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := md.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			lh, err := cl.CreateLedger(cmd.Context(), client.CreateOptions{EnsembleSize: e, WriteQuorum: qw, AckQuorum: qa, Password: []byte(password)})
+			if err != nil {
+				return err
+			}
+			fmt.Println(lh.ID())
+			return nil
+		},
+	}
+	create.Flags().IntVar(&e, "ensemble", 3, "ensemble size")
+	create.Flags().IntVar(&qw, "write-quorum", 2, "write quorum")
+	create.Flags().IntVar(&qa, "ack-quorum", 2, "ack quorum")
+
+	var closeAfter bool
+	appendCmd := &cobra.Command{
+		Use:   "append LEDGER [ENTRY...]",
+		Short: "Append entries (the arguments, or lines of stdin) to an open ledger this command created or recovers",
+		Long: `Appends each argument as one entry; with no entry arguments, each line of stdin. The ledger
+must have been created by "ledger create" and not closed: the shell writes through a fresh handle
+that continues after the ledger's last entry (it recovers the ledger's tail first, which fences any
+other writer).`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil {
+				return fmt.Errorf("ledger id %q: %w", args[0], err)
+			}
+			cl, err := md.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			lh, err := cl.ReopenLedgerForWrite(cmd.Context(), id, []byte(password))
+			if err != nil {
+				return err
+			}
+			entries := args[1:]
+			if len(entries) == 0 {
+				sc := bufio.NewScanner(cmd.InOrStdin())
+				for sc.Scan() {
+					entries = append(entries, sc.Text())
+				}
+			}
+			for _, data := range entries {
+				eid, err := lh.Append(cmd.Context(), []byte(data))
+				if err != nil {
+					return err
+				}
+				fmt.Printf("ledger %d entry %d\n", id, eid)
+			}
+			if closeAfter {
+				return lh.Close(cmd.Context())
+			}
+			return nil
+		},
+	}
+	appendCmd.Flags().BoolVar(&closeAfter, "close", false, "close the ledger afterwards")
+
+	var first, last int64
+	var recover bool
+	read := &cobra.Command{
+		Use:   "read LEDGER",
+		Short: "Print entries of a ledger (closed, or up to its last add confirmed)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil {
+				return fmt.Errorf("ledger id %q: %w", args[0], err)
+			}
+			cl, err := md.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			lh, err := cl.OpenLedger(cmd.Context(), id, []byte(password), recover)
+			if err != nil {
+				return err
+			}
+			end := last
+			if end < 0 {
+				if end, err = lh.ReadLastAddConfirmed(cmd.Context()); err != nil {
+					return err
+				}
+			}
+			if end < first {
+				fmt.Fprintf(os.Stderr, "ledger %d has no entries from %d (last confirmed %d)\n", id, first, end)
+				return nil
+			}
+			for e, err := range lh.Entries(cmd.Context(), first, end) {
+				if err != nil {
+					return err
+				}
+				fmt.Printf("%d\t%s\n", e.EntryID, printable(e.Payload))
+			}
+			return nil
+		},
+	}
+	read.Flags().Int64Var(&first, "first", 0, "first entry")
+	read.Flags().Int64Var(&last, "last", -1, "last entry (-1: the last confirmed)")
+	read.Flags().BoolVar(&recover, "recover", false, "open with recovery (fences and closes the ledger)")
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List ledgers with their state",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := md.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			return listLedgers(cmd.Context(), cl, cmd.OutOrStdout())
+		},
+	}
+
+	closeCmd := &cobra.Command{
+		Use:   "close LEDGER",
+		Short: "Recover and close a ledger",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil {
+				return err
+			}
+			cl, err := md.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			lh, err := cl.OpenLedger(cmd.Context(), id, []byte(password), true)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("ledger %d closed at entry %d\n", id, lh.LastAddConfirmed())
+			return nil
+		},
+	}
+	del := &cobra.Command{
+		Use:   "delete LEDGER",
+		Short: "Delete a ledger (bookies reclaim the space at their next garbage collection)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil {
+				return err
+			}
+			cl, err := md.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			return cl.DeleteLedger(cmd.Context(), id)
+		},
+	}
+	cmd.AddCommand(create, appendCmd, read, list, closeCmd, del)
+	return cmd
+}
+
+func listLedgers(ctx context.Context, cl *client.Client, w io.Writer) error {
+	fmt.Fprintf(w, "%-12s %-12s %-10s %-8s %s\n", "LEDGER", "STATE", "LAST", "E/Qw/Qa", "ENSEMBLE")
+	var ferr error
+	err := cl.ListLedgers(ctx, func(id int64) bool {
+		m, err := cl.LedgerMetadata(ctx, id)
+		if err != nil {
+			ferr = err
+			return false
+		}
+		last, _ := m.LastEnsemble()
+		fmt.Fprintf(w, "%-12d %-12s %-10d %d/%d/%d    %s\n", id, m.State, m.LastEntryID, m.EnsembleSize, m.WriteQuorumSize,
+			m.AckQuorumSize, strings.Join(last.Bookies, ","))
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	return ferr
+}
+
+// printable renders a payload for a terminal.
+func printable(b []byte) string {
+	for _, c := range b {
+		if c < 0x20 && c != '\t' || c == 0x7f {
+			return fmt.Sprintf("%x", b)
+		}
+	}
+	return string(b)
+}
+
+// shellBookiesCommand is `ringkeeper shell bookies list`.
+func shellBookiesCommand() *cobra.Command {
+	var md metadataFlag
+	cmd := &cobra.Command{Use: "bookies", Short: "Registered bookies"}
+	md.register(cmd)
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List registered bookies (writable and read-only)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 15*time.Second)
+			defer cancel()
+			d, err := metadata.Open(ctx, md.uri, metadata.Options{})
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			bs, err := d.Bookies().List(ctx, metadata.ListAll)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%-22s %-10s %s\n", "BOOKIE", "STATE", "FREE DISK")
+			for _, b := range bs {
+				fmt.Printf("%-22s %-10s %.1f GiB\n", b.ID, b.State, float64(b.FreeDiskBytes)/(1<<30))
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(list)
+	return cmd
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ringkeeper/ringkeeper/bookie"
+	"github.com/ringkeeper/ringkeeper/cluster"
+)
+
+func standaloneCommand() *cobra.Command {
+	var (
+		bookies      int
+		dataDir      string
+		basePort     int
+		metadataPort int
+		httpPort     int
+		writeCacheMB int64
+		logLevel     string
+	)
+	cmd := &cobra.Command{
+		Use:   "standalone",
+		Short: "Run a whole cluster in one process: embedded etcd and local bookies",
+		Long: `Starts an embedded etcd (the metadata store) and --bookies bookies on consecutive ports from
+--port, with all data under --data-dir. It prints one line when ready, with the metadata URI and the
+bookie addresses, and serves until Ctrl-C. Restarting it on the same data dir keeps every ledger.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := newLogger("text", logLevel)
+			for i := range bookies {
+				if err := portFree(basePort + i); err != nil {
+					return fmt.Errorf("bookie port %d is in use (another standalone or bookie running?); "+
+						"stop it or choose another --port: %w", basePort+i, err)
+				}
+			}
+			if err := portFree(metadataPort); err != nil {
+				return fmt.Errorf("metadata port %d is in use (another etcd or standalone running?); "+
+					"stop it or choose another --metadata-port: %w", metadataPort, err)
+			}
+			if err := os.MkdirAll(dataDir, 0o755); err != nil {
+				return err
+			}
+			c, err := cluster.Start(cmd.Context(), cluster.Config{
+				DataDir: dataDir, Bookies: bookies, BasePort: basePort, MetadataPort: metadataPort,
+				HTTPBasePort: httpPort, Logger: log,
+				Bookie: func(_ int, cfg *bookie.Config) {
+					cfg.Engine.WriteCacheMaxSize = writeCacheMB << 20
+				},
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Printf("ringkeeper standalone ready: metadata %s bookies %s (data in %s; Ctrl-C to stop)\n",
+				c.MetadataURI(), strings.Join(c.BookieAddrs(), ","), dataDir)
+			<-cmd.Context().Done()
+			fmt.Fprintln(os.Stderr, "stopping")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			return c.Close(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&bookies, "bookies", 3, "number of bookies")
+	f.StringVar(&dataDir, "data-dir", "./data", "directory for all data (metadata and bookies)")
+	f.IntVar(&basePort, "port", 3181, "port of the first bookie; bookie i listens on port+i")
+	f.IntVar(&metadataPort, "metadata-port", 2379, "embedded etcd client port")
+	f.IntVar(&httpPort, "http-port", 8000, "metrics/admin HTTP port of the first bookie; bookie i uses http-port+i (0 = off)")
+	f.Int64Var(&writeCacheMB, "write-cache-mb", 256, "dbStorage_writeCacheMaxSizeMb per bookie")
+	f.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	return cmd
+}
+
+// portFree reports an error if nothing can listen on 127.0.0.1:port.
+func portFree(port int) error {
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return err
+	}
+	return ln.Close()
+}
