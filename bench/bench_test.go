@@ -78,3 +78,36 @@ func TestStorageWorkload(t *testing.T) {
 		}
 	}
 }
+
+func TestStorageCompactionWorkload(t *testing.T) {
+	o := DefaultStorageOptions()
+	o.JournalDirs = []string{t.TempDir()}
+	o.LedgerDirs = []string{t.TempDir()}
+	o.Writers, o.Outstanding, o.Ledgers = 2, 16, 4
+	o.Duration = 2 * time.Second // per phase, in two slices each
+	o.WriteCacheSize = 16 << 20
+	o.MaxFileSize = 64 << 20
+	o.EntryLogSize = 2 << 20
+	o.LedgerEntries = 200
+	o.Compaction = true
+	adds, _, err := RunStorage(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, adds, "storage")
+	if adds.Baseline == nil {
+		t.Fatal("no baseline phase")
+	}
+	checkResult(t, adds.Baseline, "storage-no-compaction")
+	x := adds.Extra
+	for _, k := range []string{"throughput_ratio", "p99_ratio", "compaction_written_mb_per_sec", "reclaimed_mb", "deleted_ledgers"} {
+		if _, ok := x[k]; !ok {
+			t.Errorf("extra lacks %s: %v", k, x)
+		}
+	}
+	if x["deleted_ledgers"] == 0 || x["compacted_logs"]+x["removed_logs"] == 0 || x["reclaimed_mb"] <= 0 {
+		t.Errorf("nothing was deleted or reclaimed: %v", x)
+	}
+	t.Logf("throughput ratio %.2f, p99 ratio %.2f, compaction %.1f MB/s written, %.1f MB reclaimed",
+		x["throughput_ratio"], x["p99_ratio"], x["compaction_written_mb_per_sec"], x["reclaimed_mb"])
+}

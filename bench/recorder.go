@@ -88,6 +88,10 @@ type Recorder struct {
 	start    time.Time
 	end      time.Time
 	timeline []Sample
+	// pausedAt is when Pause stopped the clock (zero while running); paused is the time spent
+	// paused before, left out of the measured duration.
+	pausedAt time.Time
+	paused   time.Duration
 }
 
 const maxLatencyNs = int64(120 * time.Second)
@@ -126,6 +130,7 @@ func (r *Recorder) Restart() {
 	r.errors.Store(0)
 	r.start = time.Now()
 	r.timeline = nil
+	r.pausedAt, r.paused = time.Time{}, 0
 	r.mu.Unlock()
 }
 
@@ -165,6 +170,29 @@ func (r *Recorder) Progress(w io.Writer, every time.Duration, stop <-chan struct
 // Stop fixes the end of the measured period.
 func (r *Recorder) Stop() { r.end = time.Now() }
 
+// Pause stops the recorder's clock until Resume: a workload that alternates phases measures
+// each phase's own time. Operations still complete into it.
+func (r *Recorder) Pause() {
+	r.mu.Lock()
+	if r.pausedAt.IsZero() {
+		r.pausedAt = time.Now()
+	}
+	r.mu.Unlock()
+}
+
+// Resume restarts the clock stopped by Pause.
+func (r *Recorder) Resume() {
+	r.mu.Lock()
+	if !r.pausedAt.IsZero() {
+		r.paused += time.Since(r.pausedAt)
+		r.pausedAt = time.Time{}
+	}
+	r.mu.Unlock()
+}
+
+// Ops returns the operations recorded so far.
+func (r *Recorder) Ops() int64 { return r.ops.Load() }
+
 // Result summarises the run.
 func (r *Recorder) Result(workload string, config map[string]any) *Result {
 	r.mu.Lock()
@@ -173,7 +201,11 @@ func (r *Recorder) Result(workload string, config map[string]any) *Result {
 	if end.IsZero() {
 		end = time.Now()
 	}
-	secs := end.Sub(r.start).Seconds()
+	paused := r.paused
+	if !r.pausedAt.IsZero() && end.After(r.pausedAt) {
+		paused += end.Sub(r.pausedAt)
+	}
+	secs := (end.Sub(r.start) - paused).Seconds()
 	ops, bytes := r.ops.Load(), r.bytes.Load()
 	us := func(q float64) float64 { return float64(r.total.ValueAtQuantile(q)) / 1e3 }
 	res := &Result{

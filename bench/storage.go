@@ -46,7 +46,20 @@ type StorageOptions struct {
 	Read            string
 	ReadOutstanding int
 	ReadDuration    time.Duration
-	Progress        io.Writer
+	// Compaction runs the adds twice in one run, Duration each: first without garbage
+	// collection, then with major compaction running continuously (at CompactionRate), and
+	// reports both (the first as the result's Baseline). In both phases ledgers roll over every
+	// LedgerEntries entries and DeleteFraction of the full ledgers are deleted once a checkpoint
+	// has flushed them, so that entry logs (EntryLogSize each) fill with garbage.
+	Compaction     bool
+	CompactionRate int64
+	// CompactionSlices splits each phase into this many slices, run alternately (off, on,
+	// off, on, ...), so that drift over the run (disk fill, warm-up) affects both phases alike.
+	CompactionSlices int
+	EntryLogSize     int64
+	LedgerEntries    int64
+	DeleteFraction   float64
+	Progress         io.Writer
 }
 
 // DefaultStorageOptions returns the defaults of `ringkeeper bench storage`.
@@ -58,6 +71,7 @@ func DefaultStorageOptions() StorageOptions {
 		Duration: 10 * time.Second, Sync: true, GroupWait: jo.GroupWait, GroupBytes: jo.GroupBytes,
 		PipelineDepth: jo.PipelineDepth, MaxFileSize: 512 << 20, WriteCacheSize: ec.WriteCacheMaxSize,
 		FlushInterval: ec.FlushInterval, ReadOutstanding: 32, ReadDuration: 10 * time.Second,
+		CompactionRate: ec.GC.RateBytes, CompactionSlices: 2, LedgerEntries: 5000, DeleteFraction: 0.5,
 	}
 }
 
@@ -69,6 +83,9 @@ func (o StorageOptions) config() map[string]any {
 		"group_bytes": o.GroupBytes, "pipeline_depth": o.PipelineDepth, "engine": o.Engine.String(),
 		"max_file_size": o.MaxFileSize, "write_cache_size": o.WriteCacheSize, "flush_interval_s": o.FlushInterval.Seconds(),
 		"read": o.Read, "read_outstanding": o.ReadOutstanding, "read_duration_s": o.ReadDuration.Seconds(),
+		"compaction": o.Compaction, "compaction_rate": o.CompactionRate, "compaction_slices": o.CompactionSlices,
+		"entry_log_size": o.EntryLogSize,
+		"ledger_entries": o.LedgerEntries, "delete_fraction": o.DeleteFraction,
 	}
 }
 
@@ -77,8 +94,9 @@ type storageAdd struct {
 	stored []byte
 	sent   int64
 	free   chan *storageAdd
-	rec    *Recorder
-	size   int
+	// rec is the recorder of the phase the add was sent in.
+	rec  *Recorder
+	size int
 }
 
 func storageDone(ctx any, err error) {
@@ -101,6 +119,10 @@ func RunStorage(ctx context.Context, o StorageOptions) (adds, reads *Result, err
 		return nil, nil, errors.New("bench: writers, outstanding, ledgers and duration must be positive")
 	case o.Read != "" && o.Read != "random" && o.Read != "sequential":
 		return nil, nil, fmt.Errorf("bench: --read %q: want random or sequential", o.Read)
+	case o.Compaction && (o.LedgerEntries < 1 || o.DeleteFraction < 0 || o.DeleteFraction > 1):
+		return nil, nil, errors.New("bench: --ledger-entries must be positive and --delete-fraction in [0, 1]")
+	case o.Compaction && o.Read != "":
+		return nil, nil, errors.New("bench: --read does not combine with --compaction")
 	}
 	var work []string
 	defer func() {
@@ -144,6 +166,15 @@ func RunStorage(ctx context.Context, o StorageOptions) (adds, reads *Result, err
 	cfg.BookieID = "bench:0"
 	cfg.InstanceID = "bench"
 	cfg.Logger = quietLogger()
+	if o.EntryLogSize > 0 {
+		cfg.EntryLogSizeLimit = o.EntryLogSize
+	} else if o.Compaction {
+		cfg.EntryLogSizeLimit = 64 << 20 // logs fill (and can be compacted) within seconds
+	}
+	if o.Compaction {
+		cfg.GC.RateBytes = o.CompactionRate
+		cfg.GC.WaitTime = time.Hour // the run drives garbage collection itself
+	}
 	eng, err := engine.Open(cfg)
 	if err != nil {
 		return nil, nil, err
@@ -152,15 +183,21 @@ func RunStorage(ctx context.Context, o StorageOptions) (adds, reads *Result, err
 
 	key := []byte("bench-master-key")
 	rec := NewRecorder()
+	var current atomic.Pointer[Recorder]
+	current.Store(rec)
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var written atomic.Int64 // entries per ledger are consecutive from 0: next[l]
 	next := make([]atomic.Int64, o.Ledgers)
+	var roller *ledgerRoller
+	if o.Compaction {
+		roller = newLedgerRoller(eng, o)
+	}
 	frees := make([]chan *storageAdd, o.Writers)
 	for w := range o.Writers {
 		free := make(chan *storageAdd, o.Outstanding)
 		for range o.Outstanding {
-			a := &storageAdd{stored: make([]byte, 32+o.EntrySize), free: free, rec: rec, size: o.EntrySize}
+			a := &storageAdd{stored: make([]byte, 32+o.EntrySize), free: free, size: o.EntrySize}
 			for i := 32; i < len(a.stored); i++ {
 				a.stored[i] = byte(rand.Uint32())
 			}
@@ -188,13 +225,19 @@ func RunStorage(ctx context.Context, o StorageOptions) (adds, reads *Result, err
 					a.sent = sched
 					sched += interval
 				}
-				entry := next[ledger].Add(1) - 1
-				binary.BigEndian.PutUint64(a.stored[0:], uint64(ledger))
+				id, entry := int64(ledger), int64(0)
+				if roller != nil {
+					id, entry = roller.next(ledger)
+				} else {
+					entry = next[ledger].Add(1) - 1
+				}
+				binary.BigEndian.PutUint64(a.stored[0:], uint64(id))
 				binary.BigEndian.PutUint64(a.stored[8:], uint64(entry))
 				binary.BigEndian.PutUint64(a.stored[16:], uint64(entry-1))
 				binary.BigEndian.PutUint64(a.stored[24:], uint64(entry+1)*uint64(o.EntrySize))
+				a.rec = current.Load()
 				if err := eng.Add(key, a.stored, false, storageDone, a); err != nil {
-					rec.Error()
+					current.Load().Error()
 					free <- a
 					if errors.Is(err, engine.ErrTooManyRequests) {
 						continue
@@ -209,28 +252,43 @@ func RunStorage(ctx context.Context, o StorageOptions) (adds, reads *Result, err
 			}
 		})
 	}
+	var deleter sync.WaitGroup
+	if roller != nil {
+		deleter.Go(func() { roller.deleteLoop(runCtx) })
+	}
 	if o.Warmup > 0 {
 		sleepCtx(ctx, o.Warmup)
 		rec.Restart()
 	}
-	stop := make(chan struct{})
-	var pw sync.WaitGroup
-	pw.Go(func() { rec.Progress(o.Progress, time.Second, stop) })
-	sleepCtx(ctx, o.Duration)
-	rec.Stop()
+	var baseline *Result
+	var gcBefore, gcAfter engine.GCStatus
+	if o.Compaction {
+		baseline, rec, gcBefore, gcAfter = alternateCompaction(ctx, eng, o, rec, &current)
+	} else {
+		stop := make(chan struct{})
+		var pw sync.WaitGroup
+		pw.Go(func() { rec.Progress(o.Progress, time.Second, stop) })
+		sleepCtx(ctx, o.Duration)
+		rec.Stop()
+		close(stop)
+		pw.Wait()
+	}
 	cancel()
+	deleter.Wait()
 	wg.Wait()
 	for _, free := range frees {
 		for range o.Outstanding {
 			<-free
 		}
 	}
-	close(stop)
-	pw.Wait()
 	adds = rec.Result("storage", o.config())
 	adds.Extra = storageExtra(eng)
 	for k, v := range journalExtra(eng.Journals().Journals()) {
 		adds.Extra["journal_"+k] = v
+	}
+	if baseline != nil {
+		adds.Baseline = baseline
+		compactionExtra(adds, baseline, gcBefore, gcAfter, roller, o)
 	}
 	if o.Read == "" || ctx.Err() != nil {
 		return adds, nil, nil

@@ -124,10 +124,14 @@ func Start(ctx context.Context, cfg Config) (_ *Bookie, err error) {
 	ecfg.RequireExistingCookies = hasStored
 	ecfg.Logger = b.log
 	ecfg.Journal.OnGroup = b.metrics.observeGroup
+	ecfg.GC.Checker = ledgerChecker{b.md.Ledgers()}
+	ecfg.GC.DiskUsageWarnThreshold = cfg.DiskUsageWarnThreshold
+	ecfg.GC.DiskUsageThreshold = cfg.DiskUsageThreshold
 	if b.eng, err = engine.Open(ecfg); err != nil {
 		return nil, err
 	}
 	b.metrics.registerEngine(b.registry, b.eng)
+	registerGC(b.registry, b.eng)
 	cookie := b.eng.Cookie().Encode()
 	if !hasStored {
 		if _, err := b.md.Cookies().Write(ctx, b.id, cookie, metadata.NoVersion); err != nil {
@@ -322,4 +326,3 @@ func (b *Bookie) Close(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
-

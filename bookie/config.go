@@ -273,12 +273,24 @@ var Keys = map[string]setter{
 	"diskCheckInterval":                 durationKey(func(c *Config) *time.Duration { return &c.DiskCheckInterval }, time.Millisecond),
 	"readOnlyModeEnabled":               boolKey(func(c *Config) *bool { return &c.ReadOnlyModeEnabled }),
 	"prometheusStatsHttpPort":           intKey(func(c *Config) *int { return &c.PrometheusStatsHTTPPort }),
+	"gcWaitTime":                        durationKey(func(c *Config) *time.Duration { return &c.Engine.GC.WaitTime }, time.Millisecond),
+	"minorCompactionThreshold":          floatKey(func(c *Config) *float64 { return &c.Engine.GC.MinorThreshold }),
+	"minorCompactionInterval":           durationKey(func(c *Config) *time.Duration { return &c.Engine.GC.MinorInterval }, time.Second),
+	"majorCompactionThreshold":          floatKey(func(c *Config) *float64 { return &c.Engine.GC.MajorThreshold }),
+	"majorCompactionInterval":           durationKey(func(c *Config) *time.Duration { return &c.Engine.GC.MajorInterval }, time.Second),
+	"compactionRateByBytes":             int64Key(func(c *Config) *int64 { return &c.Engine.GC.RateBytes }, 1),
+	"majorCompactionMaxTimeMillis":      durationKey(func(c *Config) *time.Duration { return &c.Engine.GC.MajorMaxTime }, time.Millisecond),
+	"minorCompactionMaxTimeMillis":      durationKey(func(c *Config) *time.Duration { return &c.Engine.GC.MinorMaxTime }, time.Millisecond),
+	"gcMetadataOpRateLimit":             intKey(func(c *Config) *int { return &c.Engine.GC.MetadataOpRate }),
+	"isForceGCAllowWhenNoSpace":         boolKey(func(c *Config) *bool { return &c.Engine.GC.ForceAllowWhenNoSpace }),
 }
 
 // ignoredKeys are BookKeeper keys that have no meaning here; they are accepted silently.
 var ignoredKeys = []string{"ledgerStorageClass", "zkServers", "zkTimeout", "httpServerEnabled",
 	"statsProviderClass", "allowLoopback", "journalAdaptiveGroupWrites", "journalWriteBufferSizeKB",
-	"journalRemoveFromPageCache", "journalPreAllocSizeMB", "journalFormatVersionToWrite"}
+	"journalRemoveFromPageCache", "journalPreAllocSizeMB", "journalFormatVersionToWrite",
+	// Compaction is always throttled by bytes (compactionRateByBytes), never by entries.
+	"isThrottleByBytes"}
 
 // ParseProperties reads a Java properties file (key=value or key: value, # and ! comments,
 // backslash line continuations).

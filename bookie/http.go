@@ -69,5 +69,7 @@ func (b *Bookie) handleInfo(w http.ResponseWriter, _ *http.Request) {
 	})
 }
 
-// addAdminRoutes is where later subsystems (garbage collection) hook in.
-func (b *Bookie) addAdminRoutes(*http.ServeMux) {}
+// addAdminRoutes is where later subsystems hook in.
+func (b *Bookie) addAdminRoutes(mux *http.ServeMux) {
+	b.addGCRoutes(mux)
+}

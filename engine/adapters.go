@@ -101,4 +101,18 @@ func (a logAdapter) ReadAhead(loc uint64, maxBytes int, fn func(ledgerID, entryI
 	})
 }
 
+func (a logAdapter) CompletedLogs() []uint64 { return a.l.CompletedLogs() }
+
+func (a logAdapter) LedgersMap(id uint64) (map[int64]uint64, error) { return a.l.LedgersMap(id) }
+
+func (a logAdapter) Scan(id uint64, fn func(ledgerID, entryID int64, entry []byte, loc uint64) error) error {
+	return a.l.Scan(id, func(l, e int64, entry []byte, at entrylog.Location) error {
+		return fn(l, e, entry, uint64(at))
+	})
+}
+
+func (a logAdapter) Size(id uint64) (int64, error) { return a.l.Size(id) }
+
+func (a logAdapter) Remove(id uint64) error { return a.l.Remove(id) }
+
 func (a logAdapter) Close() error { return a.l.Close() }

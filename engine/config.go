@@ -42,6 +42,9 @@ type Config struct {
 	// <ledgerDir>/current/index: for tests whose ledger dirs are in memory.
 	IndexDir string
 
+	// GC configures garbage collection and compaction of entry logs.
+	GC GCConfig
+
 	// RequireExistingCookies refuses to start when no dir has a cookie: set by the bookie when
 	// the metadata store holds a cookie for it, so wiped disks are noticed.
 	RequireExistingCookies bool
@@ -67,6 +70,7 @@ func DefaultConfig(journalDirs, ledgerDirs []string) Config {
 		FlushInterval:         10 * time.Second,
 		EntryLogSizeLimit:     1 << 30,
 		IndexBlockCacheSize:   128 << 20,
+		GC:                    DefaultGCConfig(),
 	}
 }
 
@@ -104,5 +108,5 @@ func (c *Config) Validate() error {
 	case c.EntryLogSizeLimit < 1<<20:
 		return bad("logSizeLimit %d is below 1 MiB", c.EntryLogSizeLimit)
 	}
-	return nil
+	return c.GC.validate()
 }

@@ -56,7 +56,10 @@ func TestCrashAtEveryCheckpointStep(t *testing.T) {
 				markBefore := loadMarks(t, e)
 				write(300, 600)
 				var crashed *diskio.Mem
+				var crashMu sync.Mutex // the dirs flush in parallel
 				e.checkpointHook = func(s checkpointStep) error {
+					crashMu.Lock()
+					defer crashMu.Unlock()
 					if s == step && crashed == nil {
 						crashed = fs.Crash(mode, rng)
 						return errTestCrash

@@ -23,9 +23,23 @@ type ledgerDir struct {
 	flushing atomic.Pointer[cacheHalf]
 	reads    *readCache
 
-	// flushMu makes flushes of this dir one at a time; scratch is used under it.
+	// flushMu makes every writer of this dir's entry log and every index write one at a time:
+	// checkpoint flushes, compaction chunks and committed deletions. scratch, gcBatch and
+	// indexSeq's increments are used under it.
 	flushMu sync.Mutex
 	scratch []sortedEntry
+	// gcBatch is the index batch of compaction and of committed deletions.
+	gcBatch indexBatch
+	// indexSeq counts the index commits that may have changed locations; compaction compares
+	// it to tell whether a location it looked up may have changed since.
+	indexSeq atomic.Uint64
+	// logsMu guards entry-log removal against reads: a read holds it shared from its index
+	// look-up to the end of its entry-log read; the garbage collector takes it exclusively
+	// (and releases it at once) after the index stops pointing into a log and before removing
+	// it, so that no read can use a location in a removed log.
+	logsMu sync.RWMutex
+	// gc is the garbage collector's state of this dir.
+	gc dirGC
 
 	// spaceMu guards space: closed (and replaced) whenever a swap makes room in the cache.
 	spaceMu sync.Mutex
@@ -108,12 +122,17 @@ func (d *ledgerDir) get(ledger, entry int64, dst []byte) ([]byte, error) {
 	if out, ok := d.getCached(ledger, entry, dst); ok {
 		return out, nil
 	}
+	d.logsMu.RLock()
+	defer d.logsMu.RUnlock()
 	loc, found, err := d.idx.Location(ledger, entry)
 	if err != nil {
 		return dst, fmt.Errorf("%w: index of %s: %w", ErrIO, d.path, err)
 	}
 	if !found {
 		return dst, ErrNoEntry
+	}
+	if h := d.e.readHook; h != nil {
+		h(ledger, entry, loc)
 	}
 	sequential := false
 	if l := d.e.ledgers.get(ledger); l != nil {
@@ -264,6 +283,9 @@ func (d *ledgerDir) flush() (err error) {
 	d.dirty, d.deletes = nil, nil
 	d.dirtyMu.Unlock()
 	for _, l := range dirty {
+		if d.e.ledgers.get(l.id) != l {
+			continue // deleted since it changed: writing its state would bring it back
+		}
 		l.mu.Lock()
 		st := ledgerState{Fenced: l.fenced.Load(), MasterKey: l.masterKey, ExplicitLAC: l.explicitLAC}
 		l.dirty = false
@@ -276,6 +298,7 @@ func (d *ledgerDir) flush() (err error) {
 	if err := d.batch.Commit(true); err != nil {
 		return d.flushFailed(h, fmt.Errorf("%w: index of %s: %w", ErrIO, d.path, err))
 	}
+	d.indexSeq.Add(1)
 	if err := d.e.hook(stepIndexSynced); err != nil {
 		return err
 	}

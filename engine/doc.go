@@ -71,7 +71,72 @@
 // # Deleting ledgers
 //
 // DeleteLedger drops the ledger's state and cached entries at once and removes its index rows (a
-// range delete) at the next checkpoint. Its entries stay in entry logs until garbage collection.
-// A ledger deleted after the last persisted mark can come back from journal replay after a
-// crash; deletion is driven by the metadata store and is repeated by the next GC run.
+// range delete) at the next checkpoint, or earlier when garbage collection commits pending
+// deletions. Its entries stay in entry logs until garbage collection. A ledger deleted after the
+// last persisted mark can come back from journal replay after a crash (a known issue: the
+// journal has no deletion record); deletion is driven by the metadata store and is repeated by
+// the next GC run.
+//
+// # Garbage collection and compaction
+//
+// One goroutine runs garbage collection every gcWaitTime, when an operator triggers it
+// (TriggerGC) or when RunGC is called; runs are one at a time. A run:
+//
+//  1. Finds deleted ledgers. With a LedgerChecker (the bookie's metadata store), every local
+//     ledger is point-read at most gcMetadataOpRateLimit times a second, each read bounded in
+//     time; a ledger is deleted (DeleteLedger) only when the read says for certain that it is
+//     gone. An error or timeout stops the scan and deletes nothing more. A checker that can list
+//     its ledgers narrows the point reads to the ledgers the listing lacks: a listing never
+//     deletes anything by itself (BookKeeper #870), and a listing error deletes nothing.
+//  2. Accounts live data per completed entry log (one this instance no longer writes: neither
+//     the current log, nor a sealed one awaiting finalization, nor one being prepared). A log's
+//     ledgers map (rebuilt by a scan when missing or damaged) is read once and cached; a ledger
+//     is dropped from the cached maps once the engine no longer has it and the index holds none
+//     of its locations (its deletion is committed). Pending deletions are committed (one synced
+//     index batch) before, so that a crash cannot bring back a ledger whose logs are gone. Logs
+//     with no live ledger left are removed.
+//  3. Compacts, when majorCompactionInterval is due (or an operator forced it), the logs whose
+//     live share is below majorCompactionThreshold, else, when minorCompactionInterval is due,
+//     those below minorCompactionThreshold; never both in one run, emptiest logs first, within
+//     *CompactionMaxTimeMillis, reads and writes each limited to compactionRateByBytes. Major
+//     compaction pauses while disk usage is at or above diskUsageWarnThreshold, minor at or
+//     above diskUsageThreshold (compaction writes before it frees, and a failed entry-log write
+//     stops the engine), unless an operator forced the run and isForceGCAllowWhenNoSpace is set.
+//     An operator can suspend either kind. A log that cannot be read is reported, kept and
+//     skipped until restart; the run goes on with the others (BookKeeper #4544).
+//
+// # Compaction protocol
+//
+// Compaction writes through the same entry log as checkpoints: the current log of the dir, with
+// the same single writer, because the entry log allows one writer at a time and each dir's
+// flushMu already serializes its writers. flushMu is held by a checkpoint's flush, by each
+// compaction chunk and by the commit of pending deletions; every index write that can change a
+// location (flushed locations, compaction's updates, range deletes) happens under it, and each
+// such commit bumps the dir's indexSeq. Compacting a completed log L:
+//
+//  1. Scan L (reading at most compactionRateByBytes). An entry is live when its ledger is alive
+//     and the index holds exactly this record's location: an entry written again later (now
+//     elsewhere, or waiting in the write cache) is not copied. Live entries are collected into
+//     chunks of about 1 MiB, with indexSeq noted before the chunk's first look-up.
+//  2. For each chunk, take flushMu. If indexSeq moved since, look every entry up again (a
+//     checkpoint or a deletion wrote the index meanwhile) and drop those that no longer point
+//     into L. Add the rest to the current entry log and Flush it (fsync); then write their new
+//     locations to the index in one synced batch; release flushMu. Checkpoints wait for at most
+//     one chunk; adds never wait for compaction (only for a checkpoint when both write-cache
+//     halves are full).
+//  3. After the last chunk, commit pending deletions, take logsMu exclusively and release it at
+//     once, then remove L and fsync the directory.
+//
+// Reads hold logsMu shared from their index look-up to the end of their entry-log read, so the
+// barrier in step 3 waits for every read that may have looked up a location in L before the
+// index moved; reads that start later find the new locations. A location is published in the
+// index only after the entry log's Flush covered it, so a read never sees a location it cannot
+// read yet. Reads served from the write cache or the read cache do not care where an entry
+// lies. Crash safety follows from the order: until the synced index batch of step 2 the index
+// points into L, which is intact; after it, the copies are durable (fsynced before); L is removed
+// only after every chunk's batch is synced. A crash leaves at worst copies no location points at
+// (their ledger still counts them in the new log's ledgers map, so they are reclaimed only when
+// the ledger dies), or, between the removal and the directory fsync, L itself back on disk, with
+// no location pointing into it. Log ids are never reused (package entrylog), so a location can
+// never point into a different log of the same id.
 package engine

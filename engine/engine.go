@@ -46,9 +46,15 @@ type Engine struct {
 
 	counters counters
 
+	// gc is the garbage collector of entry logs (gc.go).
+	gc *gc
+
 	// checkpointHook, set by tests only, runs after each checkpoint step; an error stops the
 	// checkpoint there, as a crash would.
 	checkpointHook func(step checkpointStep) error
+	// readHook, set by tests only, runs in a read between its index look-up and its entry-log
+	// read.
+	readHook func(ledger, entry int64, loc uint64)
 }
 
 // checkpointStep names the steps of a checkpoint, for crash tests.
@@ -61,6 +67,14 @@ const (
 	stepIndexSynced
 	stepMarksPersisted
 	stepJournalsCollected
+	// Compaction of one entry log (compact.go): a chunk of live entries is collected (ready),
+	// added to the entry log (copied), the log fsynced, the index updated and synced; after
+	// the last chunk the old log is removed.
+	stepCompactChunkReady
+	stepCompactCopied
+	stepCompactLogSynced
+	stepCompactIndexSynced
+	stepCompactLogRemoved
 )
 
 func (e *Engine) hook(step checkpointStep) error {
@@ -181,7 +195,9 @@ func Open(cfg Config) (*Engine, error) {
 		e.closeDirs()
 		return nil, fmt.Errorf("engine: checkpoint after replay: %w", err)
 	}
+	e.gc = newGC(e)
 	go e.runCheckpoints()
+	go e.gc.runLoop()
 	return e, nil
 }
 
@@ -210,6 +226,8 @@ func (e *Engine) openDirs() error {
 			return err
 		}
 		d.batch = d.idx.NewBatch()
+		d.gcBatch = d.idx.NewBatch()
+		d.gc = dirGC{d: d, usage: make(map[uint64]*logUsage), bad: make(map[uint64]error)}
 		e.dirs = append(e.dirs, d)
 		err = d.idx.Ledgers(func(id int64, st ledgerState) bool {
 			l := e.ledgers.load(id, st.MasterKey)
@@ -643,6 +661,7 @@ func (e *Engine) Close() error {
 	var err error
 	e.closeOnce.Do(func() {
 		close(e.closing)
+		e.gc.stop() // interrupts a compaction in progress
 		<-e.checkpointDone
 		jerr := e.journals.Close()
 		var cerr error

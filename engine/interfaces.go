@@ -1,15 +1,29 @@
 package engine
 
 // entryLog is what the engine needs from one ledger dir's entry logs (package entrylog). Add
-// and Flush are called by the dir's flusher only; Read and ReadAhead by any goroutine, for
-// locations whose Flush has returned.
+// and Flush are called under the dir's flushMu only (by the checkpoint's flush or by
+// compaction); Read and ReadAhead by any goroutine, for locations whose Flush has returned. The
+// garbage collector uses the rest.
 type entryLog interface {
 	Add(ledgerID, entryID int64, entry []byte) (uint64, error)
 	Flush() error
 	Read(loc uint64, ledgerID, entryID int64, dst []byte) ([]byte, error)
 	ReadAhead(loc uint64, maxBytes int, fn func(ledgerID, entryID int64, entry []byte, loc uint64) bool) error
+	// CompletedLogs lists the logs that are no longer written (ascending ids).
+	CompletedLogs() []uint64
+	// LedgersMap returns a log's ledgers with their bytes in it (from its map or a scan).
+	LedgersMap(id uint64) (map[int64]uint64, error)
+	// Scan calls fn for every entry of a log in file order; entry is valid during the call.
+	Scan(id uint64, fn func(ledgerID, entryID int64, entry []byte, loc uint64) error) error
+	// Size is a log file's size on disk.
+	Size(id uint64) (int64, error)
+	// Remove deletes a completed log durably (the directory is synced).
+	Remove(id uint64) error
 	Close() error
 }
+
+// logID is the entry log a location points into (entrylog.Location's upper 32 bits).
+func logID(loc uint64) uint64 { return loc >> 32 }
 
 // ledgerState is a ledger's persisted state.
 type ledgerState struct {

@@ -69,18 +69,27 @@ func TestKill9DuringAddsAndCheckpoints(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := make(chan [][2]int64, 1)
+		first := make(chan struct{}) // closed at the first acknowledgement
 		go func() {
 			var ks [][2]int64
 			sc := bufio.NewScanner(out)
 			for sc.Scan() {
 				var l, e int64
 				if _, err := fmt.Sscanf(sc.Text(), "%d %d", &l, &e); err == nil {
+					if len(ks) == 0 {
+						close(first)
+					}
 					ks = append(ks, [2]int64{l, e})
 				}
 			}
 			got <- ks
 		}()
-		time.Sleep(time.Duration(100+rand.IntN(200)) * time.Millisecond)
+		// The kill lands while adds run, however long the child took to start (-race).
+		select {
+		case <-first:
+		case <-time.After(30 * time.Second):
+		}
+		time.Sleep(time.Duration(20+rand.IntN(180)) * time.Millisecond)
 		cmd.Process.Kill()
 		ks := <-got
 		if err := cmd.Wait(); err == nil || cmd.ProcessState.ExitCode() != -1 {

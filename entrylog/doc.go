@@ -64,14 +64,14 @@
 //
 // # Writing
 //
-// One writer (the engine's flusher goroutine) calls Add and Flush; they are not safe for
-// concurrent use. Add copies a record into an aligned write buffer (WriteBufferSize, 4 MiB); a
-// full buffer is submitted as one O_DIRECT write without a sync, and the writer goes on filling
-// the next of WriteBuffers buffers while it is written. Records span buffer boundaries. Flush
-// ends the current run of records with a padding record up to the alignment, writes the partial
-// buffer, waits for every write and fdatasyncs; later records start at the next aligned offset,
-// so a flushed block is never written again and a crash can only tear data written after the
-// last completed Flush. A write or sync error is sticky: every later Add and Flush fails with
+// One writer at a time calls Add and Flush (the engine's checkpoint flush or its compaction,
+// serialized by a lock); they are not safe for concurrent use. Add copies a record into an
+// aligned write buffer (WriteBufferSize, 4 MiB); a full buffer is submitted as one O_DIRECT
+// write without a sync, and the writer goes on filling the next of WriteBuffers buffers while
+// it is written. Records span buffer boundaries. Flush ends the current run of records with a
+// padding record up to the alignment, writes the partial buffer, waits for every write and
+// fdatasyncs; later records start at the next aligned offset, so a flushed block is never
+// written again and a crash can only tear data written after the last completed Flush. A write or sync error is sticky: every later Add and Flush fails with
 // it, and nothing is retried.
 //
 // A log rolls when the next record would cross logSizeLimit: it is sealed (its ledgers map and a
@@ -79,6 +79,12 @@
 // The sealed log is finalized by the next Flush, roll or Close: wait for its writes, fdatasync,
 // rewrite the header with the map's offset and count, fsync. Close seals and finalizes the
 // current log too.
+//
+// # Garbage collection
+//
+// CompletedLogs lists the logs whose contents never change again (finalized by this instance, or
+// left by an earlier run); only those may be compacted or removed, and Remove refuses the others.
+// Remove unlinks a log and fsyncs the directory; reads that hold a handle on it finish.
 //
 // # Reading
 //

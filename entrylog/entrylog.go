@@ -16,9 +16,10 @@ import (
 // EntryLog is the set of entry logs in one directory: one writer appends to the current log,
 // any number of goroutines read.
 //
-// Add, Flush and Close are single-writer: one goroutine (the engine's flusher) calls them, never
-// two at once. Read, ReadAhead, Scan, LedgersMap, Logs, CurrentLogID and Remove are safe for
-// concurrent use with each other and with the writer. A location returned by Add may be read
+// Add, Flush and Close are single-writer: one goroutine at a time calls them (the engine
+// serializes its flusher and its compaction with a lock), never two at once. Read, ReadAhead,
+// Scan, LedgersMap, Logs, CompletedLogs, Size, CurrentLogID and Remove are safe for concurrent
+// use with each other and with the writer. A location returned by Add may be read
 // only after the Flush that covers it has returned; before that, Read reports ErrBadLocation
 // for it (the engine serves unflushed entries from its write cache).
 type EntryLog struct {
@@ -163,6 +164,38 @@ func (e *EntryLog) Logs() []uint64 {
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// CompletedLogs returns the ids of the logs this instance no longer writes, ascending: logs it
+// has finalized and logs left by an earlier run (finalized or not). Their contents never change
+// again, so garbage collection may read, compact and remove them; the log being written, a
+// sealed one whose finalization is pending and one being prepared are left out.
+func (e *EntryLog) CompletedLogs() []uint64 {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	ids := make([]uint64, 0, len(e.logs))
+	for id := range e.logs {
+		if _, writing := e.writing[id]; !writing {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Size returns the size of log id's file (what it takes on disk, preallocated space
+// included). Safe for concurrent use.
+func (e *EntryLog) Size(id uint64) (int64, error) {
+	h, _, err := e.acquire(id)
+	if err != nil {
+		return 0, err
+	}
+	defer e.release(h)
+	n, err := h.f.Size()
+	if err != nil {
+		return 0, fmt.Errorf("entrylog: size of %s: %w", h.path, err)
+	}
+	return n, nil
 }
 
 // Remove deletes log id and makes the deletion durable (fsync of the directory). It refuses

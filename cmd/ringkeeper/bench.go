@@ -125,14 +125,21 @@ func benchStorageCommand() *cobra.Command {
 	o := bench.DefaultStorageOptions()
 	var out output
 	var engine string
-	var maxFileMB, cacheMB int64
+	var maxFileMB, cacheMB, entryLogMB int64
 	cmd := &cobra.Command{
 		Use:   "storage",
 		Short: "Adds through the whole storage engine (journal, write cache, checkpoints), then cold reads",
 		Long: `Adds entries through the storage engine with journal, write cache and checkpoints running
 (entries flushed to entry logs and the index), with the same flags as bench journal. With --read,
 it then closes and reopens the engine, so that no cache holds anything, and reads entries back from
-the entry logs (O_DIRECT) with --read-outstanding reads in flight.`,
+the entry logs (O_DIRECT) with --read-outstanding reads in flight.
+
+With --compaction, the adds run twice in the same run, --duration each: first without garbage
+collection, then with major compaction running back to back at --compaction-rate. In both phases
+ledgers roll over every --ledger-entries entries and --delete-fraction of the full ledgers are
+deleted once flushed, so entry logs fill with garbage. The result is the phase with compaction;
+its baseline is the phase without, and its extra figures give the throughput and p99 ratios, the
+compaction rate (MB/s copied and read) and the space reclaimed.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if o.Engine, err = diskio.ParseEngine(engine); err != nil {
@@ -140,6 +147,7 @@ the entry logs (O_DIRECT) with --read-outstanding reads in flight.`,
 			}
 			o.MaxFileSize = maxFileMB << 20
 			o.WriteCacheSize = cacheMB << 20
+			o.EntryLogSize = entryLogMB << 20
 			o.Progress = out.progress()
 			phys, err := out.measure(cmd.Context(), o.LedgerDirs[0])
 			if err != nil {
@@ -188,6 +196,11 @@ the entry logs (O_DIRECT) with --read-outstanding reads in flight.`,
 	f.StringVar(&o.Read, "read", "", "after the adds, cold reads: random or sequential")
 	f.IntVar(&o.ReadOutstanding, "read-outstanding", o.ReadOutstanding, "reads in flight")
 	f.DurationVar(&o.ReadDuration, "read-duration", o.ReadDuration, "measured duration of the reads")
+	f.BoolVar(&o.Compaction, "compaction", false, "run the adds without, then with major compaction running (see above)")
+	f.Int64Var(&o.CompactionRate, "compaction-rate", o.CompactionRate, "compactionRateByBytes: bytes/s compaction may read, and write (0 = unlimited)")
+	f.Int64Var(&entryLogMB, "entry-log-mb", 0, "logSizeLimit in MiB (0: the engine's default, 64 with --compaction)")
+	f.Int64Var(&o.LedgerEntries, "ledger-entries", o.LedgerEntries, "with --compaction: entries per ledger before a writer moves to a new ledger")
+	f.Float64Var(&o.DeleteFraction, "delete-fraction", o.DeleteFraction, "with --compaction: fraction of the full ledgers deleted")
 	out.register(f)
 	return cmd
 }
