@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 
@@ -19,7 +20,8 @@ func benchCommand() *cobra.Command {
 		Use:   "bench",
 		Short: "Run a benchmark workload",
 	}
-	cmd.AddCommand(benchJournalCommand(), benchStorageCommand())
+	cmd.AddCommand(benchJournalCommand(), benchStorageCommand(), benchWriteCommand(), benchReadCommand(),
+		benchTailCommand(), benchStressCommand())
 	return cmd
 }
 
@@ -27,6 +29,7 @@ func benchCommand() *cobra.Command {
 // disk-limit measurement.
 type output struct {
 	json             bool
+	report           string
 	physlimit        bool
 	physlimitSeconds int
 	physlimitJobs    []string
@@ -34,6 +37,7 @@ type output struct {
 
 func (o *output) register(f *pflag.FlagSet) {
 	f.BoolVar(&o.json, "json", false, "print one JSON result object on stdout (progress goes to stderr)")
+	f.StringVar(&o.report, "report", "", "also write a self-contained HTML report (throughput over time, latency percentiles) to this file")
 	f.BoolVar(&o.physlimit, "physlimit", false, "measure the disk's limit with ../shared/tools/physlimit (fio) on the data dir first and quote ratios")
 	f.IntVar(&o.physlimitSeconds, "physlimit-seconds", 5, "seconds per physlimit job")
 	f.StringSliceVar(&o.physlimitJobs, "physlimit-jobs", nil, "physlimit jobs to run (default: all)")
@@ -59,6 +63,19 @@ func (o *output) result(res *bench.Result, phys map[string]bench.PhysLimitJob) e
 		res.PhysLimit = phys
 		res.Ratios = bench.PhysRatios(res)
 	}
+	if o.report != "" {
+		f, err := os.Create(o.report)
+		if err != nil {
+			return err
+		}
+		if err := bench.WriteReport(f, res); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
 	if o.json {
 		return json.NewEncoder(os.Stdout).Encode(res)
 	}
@@ -69,7 +86,7 @@ func (o *output) result(res *bench.Result, phys map[string]bench.PhysLimitJob) e
 func benchJournalCommand() *cobra.Command {
 	o := bench.DefaultJournalOptions()
 	var out output
-	var engine, prealloc string
+	var engine, prealloc, baseline string
 	var maxFileMB int64
 	cmd := &cobra.Command{
 		Use:   "journal",
@@ -95,6 +112,16 @@ MB means 10^6 bytes of entry payload.`,
 			if err != nil {
 				return err
 			}
+			switch baseline {
+			case "":
+			case "pebble":
+				fmt.Fprintln(out.progress(), "baseline: the same appends through pebble's synced batch commit")
+				if res.Baseline, err = bench.RunPebbleBaseline(cmd.Context(), o); err != nil {
+					return err
+				}
+			default:
+				return fmt.Errorf("--baseline %q: the only baseline is pebble", baseline)
+			}
 			return out.result(res, phys)
 		},
 	}
@@ -117,6 +144,7 @@ MB means 10^6 bytes of entry payload.`,
 	f.Int64Var(&maxFileMB, "max-file-mb", o.MaxFileSize>>20, "journalMaxSizeMB")
 	f.IntVar(&o.MaxBackups, "max-backups", o.MaxBackups, "journalMaxBackups: old files kept behind the mark")
 	f.IntVar(&o.MaxRecycled, "max-recycled", o.MaxRecycled, "old files kept for reuse")
+	f.StringVar(&baseline, "baseline", "", "also run the same workload through a peer for comparison: pebble (its synced batch commit)")
 	out.register(f)
 	return cmd
 }

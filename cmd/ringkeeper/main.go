@@ -34,7 +34,7 @@ func main() {
 		return pprof.StartCPUProfile(f)
 	}
 	root.PersistentPostRun = func(*cobra.Command, []string) { pprof.StopCPUProfile() }
-	root.AddCommand(benchCommand(), bookieCommand(), shellCommand())
+	root.AddCommand(benchCommand(), bookieCommand(), shellCommand(), standaloneCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "ringkeeper:", err)
 		os.Exit(1)

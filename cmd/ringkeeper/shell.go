@@ -9,6 +9,6 @@ func shellCommand() *cobra.Command {
 		Use:   "shell",
 		Short: "Admin and inspection commands",
 	}
-	cmd.AddCommand(shellGCCommand())
+	cmd.AddCommand(shellGCCommand(), shellLedgerCommand(), shellBookiesCommand())
 	return cmd
 }

@@ -56,7 +56,7 @@ bookie addresses, and serves until Ctrl-C. Restarting it on the same data dir ke
 			if err != nil {
 				return err
 			}
-			fmt.Printf("ringkeeper standalone ready: metadata %s bookies %s (data in %s; Ctrl-C to stop)\n",
+			fmt.Fprintf(cmd.OutOrStdout(), "ringkeeper standalone ready: metadata %s bookies %s (data in %s; Ctrl-C to stop)\n",
 				c.MetadataURI(), strings.Join(c.BookieAddrs(), ","), dataDir)
 			<-cmd.Context().Done()
 			fmt.Fprintln(os.Stderr, "stopping")

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/client"
+)
+
+func freePorts(t *testing.T, n int) int {
+	t.Helper()
+	// n consecutive free ports: try random bases until all are free.
+	for attempt := 0; attempt < 50; attempt++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		ok := base+n < 65535
+		for i := 0; ok && i < n; i++ {
+			ok = portFree(base+i) == nil
+		}
+		if ok {
+			return base
+		}
+	}
+	t.Fatal("no free port range")
+	return 0
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a poller.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runStandalone starts `ringkeeper standalone` in-process and returns its metadata URI and a
+// stop function that cancels it (as Ctrl-C would) and returns its error.
+func runStandalone(t *testing.T, dir string, port, mdPort int) (string, func() error) {
+	t.Helper()
+	cmd := standaloneCommand()
+	out := &syncBuffer{}
+	cmd.SetOut(out)
+	cmd.SetArgs([]string{"--data-dir", dir, "--bookies", "2", "--port", strconv.Itoa(port),
+		"--metadata-port", strconv.Itoa(mdPort), "--http-port", "0", "--write-cache-mb", "16"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(out.String(), "ready") {
+		select {
+		case err := <-done:
+			cancel()
+			t.Fatalf("standalone exited: %v (%s)", err, out.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatal("standalone did not get ready")
+		}
+	}
+	line := out.String()
+	uri := strings.Fields(line[strings.Index(line, "metadata ")+len("metadata "):])[0]
+	return uri, func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(60 * time.Second):
+			return context.DeadlineExceeded
+		}
+	}
+}
+
+func TestStandaloneServesStopsAndKeepsData(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	port, mdPort := freePorts(t, 2), freePorts(t, 1)
+	uri, stop := runStandalone(t, dir, port, mdPort)
+	ctx := context.Background()
+	cl, err := client.New(ctx, client.DefaultConfig(uri))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lh, err := cl.CreateLedger(ctx, client.CreateOptions{EnsembleSize: 2, WriteQuorum: 2, AckQuorum: 2, Password: []byte("p")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := lh.Append(ctx, []byte("entry-"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := lh.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	if err := stop(); err != nil {
+		t.Fatalf("clean stop: %v", err)
+	}
+	// The ports are free again after a clean stop.
+	if err := portFree(port); err != nil {
+		t.Fatalf("bookie port still in use after stop: %v", err)
+	}
+	uri, stop = runStandalone(t, dir, port, mdPort)
+	defer stop()
+	cl, err = client.New(ctx, client.DefaultConfig(uri))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	rh, err := cl.OpenLedger(ctx, lh.ID(), []byte("p"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := rh.Read(ctx, 0, 9)
+	if err != nil || len(entries) != 10 || string(entries[9].Payload) != "entry-9" {
+		t.Fatalf("after restart: %d entries, %v", len(entries), err)
+	}
+}
+
+func TestStandalonePortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	cmd := standaloneCommand()
+	cmd.SetArgs([]string{"--data-dir", t.TempDir(), "--port", strconv.Itoa(port), "--metadata-port", strconv.Itoa(freePorts(t, 1))})
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&bytes.Buffer{})
+	err = cmd.ExecuteContext(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "in use") || !strings.Contains(err.Error(), strconv.Itoa(port)) {
+		t.Fatalf("port in use: %v", err)
+	}
+}
