@@ -318,6 +318,12 @@ func (lh *Ledger) popLocked(dst []*addOp) []*addOp {
 func (lh *Ledger) deliverLocked(ops []*addOp) {
 	lh.cbMu.Lock()
 	lh.mu.Unlock()
+	lh.runCallbacks(ops)
+}
+
+// runCallbacks runs the callbacks of popped adds holding cbMu (taken by the caller, which
+// released mu), releases cbMu, then lets the adds be recycled.
+func (lh *Ledger) runCallbacks(ops []*addOp) {
 	for _, op := range ops {
 		id := op.entryID
 		if op.err != nil {
@@ -452,10 +458,16 @@ func (lh *Ledger) changeEnsemble() {
 	}
 }
 
-// finishChangeLocked sends, pops and delivers after an ensemble change; it unlocks mu.
+// finishChangeLocked sends, pops and delivers after an ensemble change; it unlocks mu. The
+// sends go out before any callback runs: an add that already has Qa acknowledgements is also
+// sent to the replacement bookie, and its callback releases the caller's buffer (the transport
+// copies the data while sending).
 func (lh *Ledger) finishChangeLocked(sends []sendTarget) {
-	lh.deliverLocked(lh.popLocked(nil))
+	popped := lh.popLocked(nil)
+	lh.cbMu.Lock()
+	lh.mu.Unlock()
 	lh.send(sends)
+	lh.runCallbacks(popped)
 }
 
 // updateEnsemble writes the new ensemble into the metadata with compare-and-set, retrying on
