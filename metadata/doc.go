@@ -49,11 +49,27 @@
 //	<root>/instanceid               the cluster instance id (a UUID string),
 //	                                created once by the first caller
 //	<root>/idgen                    the ledger id counter (decimal ASCII)
+//	<root>/kv/<key>                 the KV keyspace ([KV]): values owned by the
+//	                                layers above ledgers (package dlog)
+//	<root>/locks/<name>/<lease>     KV locks: one key per contender, bound to
+//	                                its lease; the oldest holds the lock
+//	                                (etcd's concurrency.Mutex); <name> is
+//	                                path-escaped, so one lock's keys never
+//	                                fall under another's prefix
 //
 // BookKeeper's own etcd driver uses the same shape (<scope>/ledgers,
 // <scope>/bookies/{writable,readonly}, <scope>/cookies, <scope>/instanceid),
 // but names ledgers by a UUID built from the id and allocates ids in
 // buckets.
+//
+// # KV keyspace and locks
+//
+// [KV] is an optional capability ([KVOf]) for layers built on ledgers: Get,
+// paged List by prefix, Commit of up to [MaxKVOps] puts and deletes in one
+// transaction, each with an expected version, optionally guarded by a held
+// [Lock] (the commit then also requires the lock's key to be the one this
+// holder created, so a holder whose lease expired cannot write), prefix
+// Watch, and lease-based locks. The etcd driver implements it.
 //
 // # Ledger ids
 //

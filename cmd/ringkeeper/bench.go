@@ -22,6 +22,7 @@ func benchCommand() *cobra.Command {
 	}
 	cmd.AddCommand(benchJournalCommand(), benchStorageCommand(), benchWriteCommand(), benchReadCommand(),
 		benchTailCommand(), benchStressCommand())
+	cmd.AddCommand(benchDlogCommand())
 	return cmd
 }
 

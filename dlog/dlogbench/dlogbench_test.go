@@ -1,0 +1,90 @@
+package dlogbench
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/bench"
+	"github.com/ringkeeper/ringkeeper/bookie"
+)
+
+func TestMain(m *testing.M) {
+	slog.SetDefault(slog.New(slog.DiscardHandler))
+	os.Exit(m.Run())
+}
+
+// small makes the standalone bookies light for tests.
+func small(_ int, cfg *bookie.Config) {
+	cfg.Engine.WriteCacheMaxSize = 16 << 20
+	cfg.Engine.ReadAheadCacheMaxSize = 4 << 20
+	cfg.Engine.IndexBlockCacheSize = 4 << 20
+	cfg.Engine.Journal.MaxFileSize = 32 << 20
+	cfg.Engine.EntryLogSizeLimit = 64 << 20
+	cfg.Server.NumEventLoops = 1
+	cfg.Server.NumReadWorkerThreads = 2
+}
+
+// checkShape checks a result has the shared JSON shape, some operations and no error.
+func checkShape(t *testing.T, res *bench.Result, workload string) {
+	t.Helper()
+	if res.Workload != workload || res.Ops <= 0 || res.DurationS <= 0 || res.OpsPerSec <= 0 || res.Errors != 0 {
+		t.Fatalf("%s: %+v", workload, res)
+	}
+	if res.LatencyUs.P50 <= 0 || res.LatencyUs.P99 < res.LatencyUs.P50 || len(res.HistogramUs) == 0 {
+		t.Fatalf("%s latency: %+v", workload, res.LatencyUs)
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"workload", "ops", "bytes", "duration_s", "ops_per_sec", "mb_per_sec", "latency_us", "errors", "config"} {
+		if _, ok := m[k]; !ok {
+			t.Fatalf("%s: JSON lacks %q: %s", workload, k, b)
+		}
+	}
+	t.Logf("%s: %.0f ops/s, p50 %.0f us, p99 %.0f us, extra %v", workload, res.OpsPerSec, res.LatencyUs.P50, res.LatencyUs.P99, res.Extra)
+}
+
+func TestWriteWorkload(t *testing.T) {
+	o := DefaultWriteOptions()
+	o.Standalone, o.DataDir, o.Bookie = true, t.TempDir(), small
+	o.Duration = time.Second
+	o.MaxSegmentBytes = 1 << 20 // rolls during the run
+	o.Baseline = true
+	res, err := RunWrite(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkShape(t, res, "dlog-write")
+	if res.Baseline == nil {
+		t.Fatal("no baseline")
+	}
+	checkShape(t, res.Baseline, "ledger-append")
+	if res.Extra["records_per_entry"] <= 1 || res.Extra["segments"] < 2 {
+		t.Fatalf("extra %v", res.Extra)
+	}
+}
+
+func TestTailWorkload(t *testing.T) {
+	o := DefaultTailOptions()
+	o.Standalone, o.DataDir, o.Bookie = true, t.TempDir(), small
+	o.Duration = time.Second
+	o.Rate = 2000
+	o.Readers = 2
+	res, err := RunTail(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkShape(t, res, "dlog-tail")
+	if written := res.Extra["written"]; written <= 0 || float64(res.Ops) < written {
+		t.Fatalf("%d records read by 2 readers, %v written", res.Ops, written)
+	}
+}

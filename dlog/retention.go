@@ -1,0 +1,107 @@
+package dlog
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/metadata"
+)
+
+// Truncate marks the records before d deletable: readers can no longer be opened before d,
+// and the segments whose records all lie before it are deleted with their ledgers (now, and
+// by later retention passes). The truncation point never moves back; d may not be past the
+// segment being written.
+func (w *Writer) Truncate(ctx context.Context, d DLSN) error {
+	w.mu.Lock()
+	err, cur := w.err, w.seg
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if d.SegmentSeqNo > cur.meta.SeqNo {
+		return fmt.Errorf("%w: log %s: truncate at %s, the writer is in segment %d", ErrTruncateBeyondEnd, w.log.name, d.Text(), cur.meta.SeqNo)
+	}
+	w.metaMu.Lock()
+	if w.meta.truncation.Less(d) {
+		next := w.meta
+		next.truncation = d
+		v, err := w.ns.kv.Commit(ctx, w.lock, metadata.Put(logKey(w.log.name), encodeLog(next), w.metaVersion))
+		if err != nil {
+			w.metaMu.Unlock()
+			return w.metaErr("truncate", err)
+		}
+		w.meta, w.metaVersion = next, v
+	}
+	w.metaMu.Unlock()
+	_, err = w.Purge(ctx)
+	return err
+}
+
+// Purge runs a retention pass now (the writer also runs one when it opens and after every
+// roll): it deletes, oldest first, the completed segments that are wholly before the
+// truncation point or completed more than RetentionPeriod ago, and their ledgers. Deleting an
+// expired segment moves the truncation point past it. It returns how many segments it
+// deleted.
+func (w *Writer) Purge(ctx context.Context) (int, error) {
+	w.purgeMu.Lock()
+	defer w.purgeMu.Unlock()
+	segs, err := w.log.Segments(ctx)
+	if err != nil {
+		return 0, err
+	}
+	w.mu.Lock()
+	active := w.seg.meta.SeqNo
+	w.mu.Unlock()
+	cutoff := time.Now().Add(-w.cfg.RetentionPeriod)
+	deleted := 0
+	for _, s := range segs {
+		if s.State != Completed || s.SeqNo >= active {
+			break
+		}
+		w.metaMu.Lock()
+		trunc := w.meta.truncation
+		truncated := s.SeqNo < trunc.SegmentSeqNo || s.SeqNo == trunc.SegmentSeqNo && trunc.EntryID > s.LastEntryID
+		expired := w.cfg.RetentionPeriod > 0 && s.CompletedAt.Before(cutoff)
+		if !truncated && !expired {
+			w.metaMu.Unlock()
+			break
+		}
+		ops := []metadata.KVOp{metadata.Delete(segmentKey(w.log.name, s.SeqNo), s.version)}
+		next := w.meta
+		if after := (DLSN{SegmentSeqNo: s.SeqNo + 1}); next.truncation.Less(after) {
+			next.truncation = after
+			ops = append(ops, metadata.Put(logKey(w.log.name), encodeLog(next), w.metaVersion))
+		}
+		v, err := w.ns.kv.Commit(ctx, w.lock, ops...)
+		if err == nil && len(ops) > 1 {
+			w.meta, w.metaVersion = next, v
+		}
+		w.metaMu.Unlock()
+		if err != nil {
+			return deleted, w.metaErr(fmt.Sprintf("delete segment %d", s.SeqNo), err)
+		}
+		w.ns.deleteLedger(ctx, w.log.name, s)
+		deleted++
+	}
+	return deleted, nil
+}
+
+// startRetention runs a retention pass in the background, unless one is running.
+func (w *Writer) startRetention() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.bgClosed || !w.retaining.CompareAndSwap(false, true) {
+		return
+	}
+	w.bg.Go(func() {
+		defer w.retaining.Store(false)
+		ctx, cancel := context.WithTimeout(w.ctx, metadataTimeout)
+		defer cancel()
+		if n, err := w.Purge(ctx); err != nil {
+			w.logger.Warn("dlog: retention pass failed", "log", w.log.name, "err", err)
+		} else if n > 0 {
+			w.logger.Info("dlog: retention deleted segments", "log", w.log.name, "segments", n)
+		}
+	})
+}
