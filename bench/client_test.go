@@ -78,6 +78,7 @@ func TestStressKillBookies(t *testing.T) {
 	o := DefaultStressOptions()
 	o.Target = standalone(t, 4)
 	o.KillBookies, o.KillEvery, o.MaxEntries = true, 2*time.Second, 500
+	o.Progress = testLog{t}
 	o.Duration = 30 * time.Second
 	if testing.Short() {
 		o.Duration = 5 * time.Second
@@ -120,4 +121,12 @@ func TestPebbleBaselineAndReport(t *testing.T) {
 			t.Errorf("report lacks %q", want)
 		}
 	}
+}
+
+// testLog writes progress and verification messages to the test log.
+type testLog struct{ t *testing.T }
+
+func (w testLog) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }

@@ -94,8 +94,11 @@ func RunStress(ctx context.Context, o StressOptions) (*Result, error) {
 					return
 				}
 				i := rng.IntN(t.cluster.Size())
-				if err := t.cluster.StopBookie(context.Background(), i); err != nil {
-					continue
+				sctx, scancel := context.WithTimeout(context.Background(), 20*time.Second)
+				err := t.cluster.StopBookie(sctx, i)
+				scancel()
+				if err != nil {
+					fmt.Fprintf(o.progressOrDiscard(), "stopping bookie %d: %v\n", i, err)
 				}
 				ops.kills.Add(1)
 				sleepCtx(runCtx, time.Duration(200+rng.IntN(1000))*time.Millisecond)
@@ -106,6 +109,7 @@ func RunStress(ctx context.Context, o StressOptions) (*Result, error) {
 					if err == nil {
 						break
 					}
+					fmt.Fprintf(o.progressOrDiscard(), "restarting bookie %d: %v\n", i, err)
 					time.Sleep(200 * time.Millisecond)
 				}
 			}
@@ -197,38 +201,50 @@ func RunStress(ctx context.Context, o StressOptions) (*Result, error) {
 			}
 		}
 	}
-	// Verify: every acknowledged entry of every ledger not deleted, after recovery.
-	var lost, unverifiable int64
-	for _, sl := range ledgers {
-		if sl.deleted {
-			continue
-		}
-		var err error
-		for attempt := 0; attempt < 10; attempt++ {
-			vctx, vcancel := context.WithTimeout(ctx, 30*time.Second)
-			err = verifyStressLedger(vctx, t.client, sl, o.EntrySize)
-			vcancel()
-			if err == nil || errors.Is(err, errLost) {
-				break
+	// Verify: every acknowledged entry of every ledger not deleted, after recovery, with a few
+	// ledgers at a time.
+	var lost, unverifiable atomic.Int64
+	work := make(chan *stressLedger)
+	var vw sync.WaitGroup
+	for range 8 {
+		vw.Go(func() {
+			for sl := range work {
+				var err error
+				for attempt := 0; attempt < 10; attempt++ {
+					vctx, vcancel := context.WithTimeout(ctx, 30*time.Second)
+					err = verifyStressLedger(vctx, t.client, sl, o.EntrySize)
+					vcancel()
+					if err == nil || errors.Is(err, errLost) {
+						break
+					}
+					time.Sleep(500 * time.Millisecond)
+				}
+				switch {
+				case errors.Is(err, errLost):
+					lost.Add(1)
+					fmt.Fprintf(o.progressOrDiscard(), "LOSS: %v\n", err)
+				case err != nil:
+					unverifiable.Add(1)
+					md, _ := t.client.LedgerMetadata(ctx, sl.id)
+					fmt.Fprintf(o.progressOrDiscard(), "could not verify ledger %d (acknowledged up to %d; metadata %+v): %v\n", sl.id, sl.acked, md, err)
+				}
 			}
-			time.Sleep(500 * time.Millisecond)
-		}
-		switch {
-		case errors.Is(err, errLost):
-			lost++
-			fmt.Fprintf(o.progressOrDiscard(), "LOSS: %v\n", err)
-		case err != nil:
-			unverifiable++
-			fmt.Fprintf(o.progressOrDiscard(), "could not verify ledger %d: %v\n", sl.id, err)
+		})
+	}
+	for _, sl := range ledgers {
+		if !sl.deleted {
+			work <- sl
 		}
 	}
+	close(work)
+	vw.Wait()
 	res := rec.Result("stress", o.config())
-	res.Errors = lost + unverifiable
+	res.Errors = lost.Load() + unverifiable.Load()
 	res.Extra = map[string]float64{
 		"ledgers_created": float64(ops.created.Load()), "ledgers_closed": float64(ops.closed.Load()),
 		"ledgers_deleted": float64(ops.deleted.Load()), "ledgers_verified_during_run": float64(ops.verified.Load()),
 		"failed_ops": float64(ops.failedOps.Load()), "bookie_restarts": float64(ops.kills.Load()),
-		"ledgers_with_lost_entries": float64(lost), "ledgers_unverifiable": float64(unverifiable),
+		"ledgers_with_lost_entries": float64(lost.Load()), "ledgers_unverifiable": float64(unverifiable.Load()),
 	}
 	return res, nil
 }

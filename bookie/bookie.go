@@ -75,7 +75,7 @@ func ErrorCode(err error) protocol.ReturnCode {
 		return protocol.EUA
 	case errors.Is(err, engine.ErrFenced):
 		return protocol.EFENCED
-	case errors.Is(err, engine.ErrTooManyRequests):
+	case errors.Is(err, engine.ErrTooManyRequests), errors.Is(err, server.ErrTooManyAdds):
 		return protocol.ETOOMANYREQUESTS
 	case errors.Is(err, engine.ErrReadOnly):
 		return protocol.EREADONLY

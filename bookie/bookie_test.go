@@ -202,13 +202,10 @@ func TestReadOnlyWhenDiskAboveThreshold(t *testing.T) {
 	uri := metadatatest.URI(t)
 	cfg := testConfig(t, uri, t.TempDir())
 	cfg.DiskCheckInterval = 50 * time.Millisecond
+	// Any real disk is above a 0.1% threshold.
+	cfg.DiskUsageThreshold, cfg.DiskUsageWarnThreshold, cfg.DiskUsageLwmThreshold = 0.001, 0.001, 0.0005
 	b := start(t, cfg)
 	c := dial(t, b)
-	if rc, err := c.Add(key, entry(4, 0), 0); err != nil || rc != protocol.EOK {
-		t.Fatalf("add: %v %v", rc, err)
-	}
-	// Any real disk is above a 0.1% threshold.
-	b.cfg.DiskUsageThreshold, b.cfg.DiskUsageWarnThreshold, b.cfg.DiskUsageLwmThreshold = 0.001, 0.001, 0.0005
 	deadline := time.Now().Add(5 * time.Second)
 	for !b.ReadOnly() && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
@@ -216,10 +213,10 @@ func TestReadOnlyWhenDiskAboveThreshold(t *testing.T) {
 	if !b.ReadOnly() {
 		t.Fatal("bookie did not turn read-only")
 	}
-	if rc, err := c.Add(key, entry(4, 1), 0); err != nil || rc != protocol.EREADONLY {
+	if rc, err := c.Add(key, entry(4, 0), 0); err != nil || rc != protocol.EREADONLY {
 		t.Fatalf("add on a read-only bookie: %v %v", rc, err)
 	}
-	if rc, err := c.Add(key, entry(4, 1), protocol.FlagRecoveryAdd); err != nil || rc != protocol.EOK {
+	if rc, err := c.Add(key, entry(4, 0), protocol.FlagRecoveryAdd); err != nil || rc != protocol.EOK {
 		t.Fatalf("recovery add on a read-only bookie: %v %v", rc, err)
 	}
 	if rc, _, err := c.Read(4, 0); err != nil || rc != protocol.EOK {

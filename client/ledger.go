@@ -265,7 +265,9 @@ func addResponse(ctx any, rc protocol.ReturnCode, err error) {
 		// The bookie failed, timed out or refused (read-only, overloaded): replace it, if it is
 		// still in the ensemble.
 		if lh.err == nil && slices.Contains(lh.currentBookiesLocked(), addr) {
-			lh.c.log.Warn("add failed; replacing the bookie", "ledger", lh.id, "entry", op.entryID, "bookie", addr, "rc", rc, "err", err)
+			if !lh.toReplace[addr] { // once per bookie, not once per add in flight
+				lh.c.log.Warn("add failed; replacing the bookie", "ledger", lh.id, "entry", op.entryID, "bookie", addr, "rc", rc, "err", err)
+			}
 			lh.toReplace[addr] = true
 			if !lh.changing {
 				lh.changing = true

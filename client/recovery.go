@@ -155,13 +155,14 @@ func (lh *Ledger) recoveryAdd(ctx context.Context, md *metadata.LedgerMetadata, 
 	lh.dg.seal(hdr, mac, lh.id, e.EntryID, lac, e.Length, e.Payload)
 	parts := [][]byte{hdr, e.Payload}
 	type ack struct {
-		rc  protocol.ReturnCode
-		err error
+		bookie string
+		rc     protocol.ReturnCode
+		err    error
 	}
 	ch := make(chan ack, len(replicas))
 	for _, b := range replicas {
 		lh.c.cfg.dial(b).Add(lh.id, e.EntryID, &lh.key, protocol.FlagRecoveryAdd, parts, func(_ any, rc protocol.ReturnCode, err error) {
-			ch <- ack{rc, err}
+			ch <- ack{b, rc, err}
 		}, nil)
 	}
 	acks := 0
@@ -179,7 +180,7 @@ func (lh *Ledger) recoveryAdd(ctx context.Context, md *metadata.LedgerMetadata, 
 			if a.err == nil && a.rc == protocol.EUA {
 				return ErrUnauthorized
 			}
-			firstErr = cmpErr(firstErr, fmt.Errorf("rc %v: %v", a.rc, a.err))
+			firstErr = cmpErr(firstErr, fmt.Errorf("%s: rc %v: %v", a.bookie, a.rc, a.err))
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -57,7 +57,7 @@ func TestCrashAtEveryCheckpointStep(t *testing.T) {
 				write(300, 600)
 				var crashed *diskio.Mem
 				var crashMu sync.Mutex // the dirs flush in parallel
-				e.checkpointHook = func(s checkpointStep) error {
+				e.setCheckpointHook(func(s checkpointStep) error {
 					crashMu.Lock()
 					defer crashMu.Unlock()
 					if s == step && crashed == nil {
@@ -65,7 +65,7 @@ func TestCrashAtEveryCheckpointStep(t *testing.T) {
 						return errTestCrash
 					}
 					return nil
-				}
+				})
 				if err := e.Checkpoint(); !errors.Is(err, errTestCrash) {
 					t.Fatalf("checkpoint: %v", err)
 				}

@@ -80,7 +80,7 @@ func (d *ledgerDir) signalSpace() {
 // make room when both halves are full. With journaled set, the half's pendingJournal count is
 // raised before the half can be sealed, and the returned slice (the cached copy) stays valid
 // until the caller calls pendingJournal.Done.
-func (d *ledgerDir) put(ledger, entry int64, data []byte, journaled bool) (*cacheHalf, []byte, error) {
+func (d *ledgerDir) put(ledger, entry int64, data []byte, journaled, wait bool) (*cacheHalf, []byte, error) {
 	var deadline time.Time
 	for {
 		h := d.active.Load()
@@ -95,6 +95,9 @@ func (d *ledgerDir) put(ledger, entry int64, data []byte, journaled bool) (*cach
 			continue // swapped meanwhile
 		}
 		d.e.requestCheckpoint()
+		if !wait {
+			return nil, nil, errWouldBlock
+		}
 		now := time.Now()
 		if deadline.IsZero() {
 			deadline = now.Add(d.e.cfg.MaxThrottleTime)
@@ -131,8 +134,8 @@ func (d *ledgerDir) get(ledger, entry int64, dst []byte) ([]byte, error) {
 	if !found {
 		return dst, ErrNoEntry
 	}
-	if h := d.e.readHook; h != nil {
-		h(ledger, entry, loc)
+	if h := d.e.readHook.Load(); h != nil && *h != nil {
+		(*h)(ledger, entry, loc)
 	}
 	sequential := false
 	if l := d.e.ledgers.get(ledger); l != nil {

@@ -51,10 +51,10 @@ type Engine struct {
 
 	// checkpointHook, set by tests only, runs after each checkpoint step; an error stops the
 	// checkpoint there, as a crash would.
-	checkpointHook func(step checkpointStep) error
+	checkpointHook atomic.Pointer[func(step checkpointStep) error]
 	// readHook, set by tests only, runs in a read between its index look-up and its entry-log
 	// read.
-	readHook func(ledger, entry int64, loc uint64)
+	readHook atomic.Pointer[func(ledger, entry int64, loc uint64)]
 }
 
 // checkpointStep names the steps of a checkpoint, for crash tests.
@@ -78,10 +78,11 @@ const (
 )
 
 func (e *Engine) hook(step checkpointStep) error {
-	if e.checkpointHook == nil {
+	h := e.checkpointHook.Load()
+	if h == nil || *h == nil {
 		return nil
 	}
-	err := e.checkpointHook(step)
+	err := (*h)(step)
 	if err != nil {
 		e.fail(err)
 	}
@@ -323,6 +324,25 @@ func StoredEntryIDs(stored []byte) (ledgerID, entryID int64, err error) {
 // journal record is durable. On a ledger's first add the ledger key is journaled first.
 // A nil return means done will be called; otherwise it will not.
 func (e *Engine) Add(masterKey, stored []byte, recovery bool, done func(ctx any, err error), ctx any) error {
+	return e.add(masterKey, stored, recovery, done, ctx, true)
+}
+
+// errWouldBlock says both write-cache halves are full and the caller did not want to wait.
+var errWouldBlock = errors.New("engine: write cache full")
+
+// TryAdd is Add for callers that must not block (an event loop): when both write-cache halves
+// are full it asks for a checkpoint and returns queued=false with no error, instead of waiting;
+// the caller then retries with Add from a goroutine that may wait up to MaxThrottleTime. Other
+// refusals are errors, as from Add.
+func (e *Engine) TryAdd(masterKey, stored []byte, recovery bool, done func(ctx any, err error), ctx any) (queued bool, err error) {
+	err = e.add(masterKey, stored, recovery, done, ctx, false)
+	if errors.Is(err, errWouldBlock) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (e *Engine) add(masterKey, stored []byte, recovery bool, done func(ctx any, err error), ctx any, wait bool) error {
 	ledgerID, entryID, err := StoredEntryIDs(stored)
 	if err != nil {
 		return err
@@ -340,7 +360,7 @@ func (e *Engine) Add(masterKey, stored []byte, recovery bool, done func(ctx any,
 	if l.fenced.Load() && !recovery {
 		return fmt.Errorf("%w: ledger %d", ErrFenced, ledgerID)
 	}
-	half, mem, err := e.dir(ledgerID).put(ledgerID, entryID, stored, true)
+	half, mem, err := e.dir(ledgerID).put(ledgerID, entryID, stored, true, wait)
 	if err != nil {
 		return err
 	}

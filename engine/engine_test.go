@@ -306,3 +306,7 @@ func TestConcurrentAddsReadsAndCheckpoints(t *testing.T) {
 		}
 	}
 }
+
+func (e *Engine) setCheckpointHook(f func(step checkpointStep) error) { e.checkpointHook.Store(&f) }
+
+func (e *Engine) setReadHook(f func(ledger, entry int64, loc uint64)) { e.readHook.Store(&f) }

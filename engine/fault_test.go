@@ -80,7 +80,7 @@ func TestAddsWaitBoundedThenFailWhenBothHalvesAreFull(t *testing.T) {
 	e := openTest(t, cfg)
 	release := make(chan struct{})
 	held := make(chan struct{}, 1)
-	e.checkpointHook = func(s checkpointStep) error {
+	e.setCheckpointHook(func(s checkpointStep) error {
 		if s == stepHalvesSwapped {
 			select {
 			case held <- struct{}{}:
@@ -89,7 +89,7 @@ func TestAddsWaitBoundedThenFailWhenBothHalvesAreFull(t *testing.T) {
 			<-release // the flush is stuck: the sealed half cannot be recycled
 		}
 		return nil
-	}
+	})
 	var err error
 	start := time.Now()
 	for en := int64(0); en < 10000; en++ {
@@ -105,7 +105,7 @@ func TestAddsWaitBoundedThenFailWhenBothHalvesAreFull(t *testing.T) {
 	}
 	<-held
 	close(release)
-	e.checkpointHook = nil
+	e.setCheckpointHook(nil)
 	// Once the flush completes adds go through again.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -117,6 +117,41 @@ func TestAddsWaitBoundedThenFailWhenBothHalvesAreFull(t *testing.T) {
 			t.Fatalf("add after the flush: %v", err)
 		}
 	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTryAddNeverWaits(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := testConfig(t, fs, 1)
+	cfg.WriteCacheMaxSize = 2 << 20
+	cfg.MaxThrottleTime = time.Hour // Add would wait this long
+	e := openTest(t, cfg)
+	release := make(chan struct{})
+	e.setCheckpointHook(func(s checkpointStep) error {
+		if s == stepHalvesSwapped {
+			<-release
+		}
+		return nil
+	})
+	start := time.Now()
+	queued := true
+	var err error
+	for en := int64(0); en < 10000 && queued; en++ {
+		queued, err = e.TryAdd(testKey, storedEntry(9, en), false, func(any, error) {}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if queued {
+		t.Fatal("TryAdd never reported a full cache")
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatalf("TryAdd waited: %v", time.Since(start))
+	}
+	close(release)
+	e.setCheckpointHook(nil)
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func crashAtCompactionStep(t *testing.T, step checkpointStep, mode diskio.CrashM
 	}
 	hits := 0
 	var crashed *diskio.Mem
-	e.checkpointHook = func(s checkpointStep) error {
+	e.setCheckpointHook(func(s checkpointStep) error {
 		if s != step || crashed != nil {
 			return nil
 		}
@@ -70,7 +70,7 @@ func crashAtCompactionStep(t *testing.T, step checkpointStep, mode diskio.CrashM
 		}
 		crashed = fs.Crash(mode, rng)
 		return errTestCrash
-	}
+	})
 	err := e.RunGC(context.Background(), &GCRequest{ForceMajor: true})
 	if crashed == nil {
 		t.Fatalf("the compaction never reached step %d (hit %d): %v", step, nth, err)

@@ -385,7 +385,7 @@ func TestCompactionDoesNotClobberAnEntryWrittenAgain(t *testing.T) {
 		return cmp.Or(cmp.Compare(a.Usage, b.Usage), cmp.Compare(a.ID, b.ID))
 	})
 	newer := map[[2]int64][]byte{}
-	e.checkpointHook = func(s checkpointStep) error {
+	e.setCheckpointHook(func(s checkpointStep) error {
 		if s != stepCompactChunkReady || len(newer) > 0 {
 			return nil
 		}
@@ -402,7 +402,7 @@ func TestCompactionDoesNotClobberAnEntryWrittenAgain(t *testing.T) {
 			}
 		}
 		return e.Checkpoint()
-	}
+	})
 	runGC(t, e, &GCRequest{ForceMajor: true})
 	if len(newer) == 0 {
 		t.Fatalf("no entry rewritten: the first chunk was not of log %x", first.ID)
@@ -424,7 +424,7 @@ func TestCompactionDoesNotClobberAnEntryWrittenAgain(t *testing.T) {
 		checkLedgers(t, e, nil, 0, gone)
 	}
 	check()
-	e.checkpointHook = nil
+	e.setCheckpointHook(nil)
 	e = reopen(t, e, cfg)
 	check()
 	t.Logf("%d entries written again during the compaction of log %x", len(newer), first.ID)
@@ -591,12 +591,12 @@ func TestReadDuringLogRemoval(t *testing.T) {
 		}
 	}
 	looked, release := make(chan struct{}), make(chan struct{})
-	e.readHook = func(l, en int64, loc uint64) {
+	e.setReadHook(func(l, en int64, loc uint64) {
 		if [2]int64{l, en} == target && logID(loc) == first.ID {
 			close(looked)
 			<-release
 		}
-	}
+	})
 	readErr := make(chan error, 1)
 	go func() {
 		got, err := e.Read(target[0], target[1], nil)
@@ -607,7 +607,7 @@ func TestReadDuringLogRemoval(t *testing.T) {
 	}()
 	<-looked
 	moved := make(chan struct{})
-	e.checkpointHook = func(s checkpointStep) error {
+	e.setCheckpointHook(func(s checkpointStep) error {
 		if s == stepCompactIndexSynced {
 			select {
 			case <-moved:
@@ -616,7 +616,7 @@ func TestReadDuringLogRemoval(t *testing.T) {
 			}
 		}
 		return nil
-	}
+	})
 	gcErr := make(chan error, 1)
 	go func() { gcErr <- e.RunGC(context.Background(), &GCRequest{ForceMajor: true}) }()
 	<-moved
@@ -628,7 +628,8 @@ func TestReadDuringLogRemoval(t *testing.T) {
 	if err := <-gcErr; err != nil {
 		t.Fatal(err)
 	}
-	e.readHook, e.checkpointHook = nil, nil
+	e.setReadHook(nil)
+	e.setCheckpointHook(nil)
 	checkLedgers(t, e, live, 200, gone)
 }
 

@@ -110,7 +110,16 @@ func (cc *connState) handleAdd(r *protocol.AddRequest) {
 			cc.releaseAdd()
 		}
 	}()
-	err := s.storage.Add(r.MasterKey[:], r.Entry, r.IsRecoveryAdd(), s.addDone, op)
+	var err error
+	if nb, ok := s.storage.(NonBlockingAdder); ok {
+		var queued bool
+		queued, err = nb.TryAdd(r.MasterKey[:], r.Entry, r.IsRecoveryAdd(), s.addDone, op)
+		if !queued && err == nil && !s.blocking.submit(r, op) {
+			err = ErrTooManyAdds
+		}
+	} else {
+		err = s.storage.Add(r.MasterKey[:], r.Entry, r.IsRecoveryAdd(), s.addDone, op)
+	}
 	returned = true
 	if err != nil {
 		cc.releaseAdd()

@@ -39,6 +39,7 @@ type Server struct {
 	addOps    sync.Pool // *addOp
 	readTasks sync.Pool // *readTask
 	pool      readPool
+	blocking  blockingAdds
 
 	resumeKick chan struct{} // capacity 1: a connection was paused
 	resumeQuit chan struct{}
@@ -130,6 +131,7 @@ func (s *Server) Start() error {
 	}
 	s.metrics.bind(s)
 	s.pool.start(s, s.cfg.NumReadWorkerThreads, s.cfg.ReadWorkerQueueSize)
+	s.blocking.start(s, blockingAddWorkers, blockingAddQueue)
 	go s.resumeLoop()
 	if err := s.startGnet(); err != nil {
 		s.abortStartLocked()
@@ -156,6 +158,7 @@ func (s *Server) abortStartLocked() {
 	close(s.resumeQuit)
 	<-s.resumeDone
 	s.pool.stop(s)
+	s.blocking.stop(s)
 	s.state = stateStopped
 }
 
@@ -238,6 +241,7 @@ func (s *Server) Stop(ctx context.Context) error {
 	close(s.resumeQuit)
 	<-s.resumeDone
 	s.pool.stop(s)
+	s.blocking.stop(s)
 
 	s.mu.Lock()
 	s.state = stateStopped

@@ -24,3 +24,11 @@ type Storage interface {
 	// EREADONLY.
 	ReadOnly() bool
 }
+
+// NonBlockingAdder is an optional Storage capability for adds that may have to wait for room
+// (a full write cache): TryAdd is Add that never blocks. queued=false with a nil error means the
+// add would have to wait; the server then copies the entry and calls Add on a blocking-add
+// worker, so that an event loop never waits for the storage engine.
+type NonBlockingAdder interface {
+	TryAdd(masterKey, stored []byte, recovery bool, done func(ctx any, err error), ctx any) (queued bool, err error)
+}

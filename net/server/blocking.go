@@ -1,0 +1,89 @@
+package server
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ringkeeper/ringkeeper/net/protocol"
+)
+
+// Bounds of the blocking-add workers: adds that the storage could not take without waiting
+// (NonBlockingAdder) wait here instead of on an event loop.
+const (
+	blockingAddWorkers  = 4
+	blockingAddQueue    = 4096
+	blockingAddMaxBytes = 64 << 20 // entry copies held by queued adds
+)
+
+// ErrTooManyAdds answers an add when even the blocking-add queue is full (ETOOMANYREQUESTS).
+var ErrTooManyAdds = errors.New("server: too many adds waiting for storage")
+
+type blockingAdd struct {
+	key      [protocol.MasterKeyLength]byte
+	entry    []byte // a copy: the receive buffer is reused after the event loop returns
+	recovery bool
+	op       *addOp
+}
+
+// blockingAdds runs Storage.Add for adds that must wait (a full write cache), so the event
+// loops never do.
+type blockingAdds struct {
+	tasks chan blockingAdd
+	quit  chan struct{}
+	wg    sync.WaitGroup
+	bytes atomic.Int64 // held by queued entry copies, at most blockingAddMaxBytes
+}
+
+func (b *blockingAdds) start(s *Server, workers, queue int) {
+	b.tasks = make(chan blockingAdd, queue)
+	b.quit = make(chan struct{})
+	b.wg.Add(workers)
+	for range workers {
+		go func() {
+			defer b.wg.Done()
+			for {
+				select {
+				case t := <-b.tasks:
+					b.bytes.Add(-int64(len(t.entry)))
+					if err := s.storage.Add(t.key[:], t.entry, t.recovery, s.addDone, t.op); err != nil {
+						s.addDone(t.op, err)
+					}
+				case <-b.quit:
+					return
+				}
+			}
+		}()
+	}
+}
+
+// submit queues an add with a copy of its entry; false if the queue or its byte budget is full.
+func (b *blockingAdds) submit(r *protocol.AddRequest, op *addOp) bool {
+	n := int64(len(r.Entry))
+	if b.bytes.Add(n) > blockingAddMaxBytes {
+		b.bytes.Add(-n)
+		return false
+	}
+	t := blockingAdd{key: r.MasterKey, entry: append([]byte(nil), r.Entry...), recovery: r.IsRecoveryAdd(), op: op}
+	select {
+	case b.tasks <- t:
+		return true
+	default:
+		b.bytes.Add(-n)
+		return false
+	}
+}
+
+// stop ends the workers; the server has waited for adds in flight first, so the queue is empty.
+func (b *blockingAdds) stop(s *Server) {
+	close(b.quit)
+	b.wg.Wait()
+	for {
+		select {
+		case t := <-b.tasks:
+			s.addDone(t.op, ErrTooManyAdds)
+		default:
+			return
+		}
+	}
+}
