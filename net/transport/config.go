@@ -20,6 +20,9 @@ var (
 	// dial, TLS handshake, write or read error, the bookie closed the connection, or the
 	// connection is in reconnect backoff after such a failure.
 	ErrConnection = errors.New("transport: connection error")
+	// errUnresponsive is the cause of an ErrConnection for a connection that received nothing
+	// since the oldest request that timed out on it was sent.
+	errUnresponsive = errors.New("no response for a whole request timeout: closing the connection")
 	// ErrClosed: the pool was closed.
 	ErrClosed = errors.New("transport: closed")
 	// ErrTooManyPending: the connection already has MaxPendingPerConn requests in flight.

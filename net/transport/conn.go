@@ -45,6 +45,10 @@ type Conn struct {
 	addr string
 
 	stats connCounters
+	// lastRecv is when the current connection was established or last received bytes (pool
+	// clock): a connection silent for a whole request timeout while requests time out on it
+	// is closed as unresponsive.
+	lastRecv atomic.Int64
 
 	// mu protects everything below.
 	mu         sync.Mutex
@@ -67,6 +71,7 @@ type connCounters struct {
 	connectFailures atomic.Int64
 	losses          atomic.Int64
 	timeouts        atomic.Int64
+	unresponsive    atomic.Int64
 	unmatched       atomic.Int64
 	writes          atomic.Int64
 	requests        atomic.Int64
@@ -81,6 +86,7 @@ type ConnStats struct {
 	ConnectFailures int64 // failed connection attempts (dial, TLS, AUTH)
 	Losses          int64 // established connections that failed
 	Timeouts        int64 // requests failed with ErrTimeout
+	Unresponsive    int64 // connections closed for receiving nothing for a whole request timeout
 	Unmatched       int64 // responses that answered no pending request (late, after a timeout) and were dropped
 }
 
@@ -120,6 +126,7 @@ func (c *Conn) Stats() ConnStats {
 		ConnectFailures: c.stats.connectFailures.Load(),
 		Losses:          c.stats.losses.Load(),
 		Timeouts:        c.stats.timeouts.Load(),
+		Unresponsive:    c.stats.unresponsive.Load(),
 		Unmatched:       c.stats.unmatched.Load(),
 	}
 }
@@ -310,13 +317,24 @@ func (c *Conn) connectLocked() {
 	go c.run(c.gen)
 }
 
-// expire moves the requests past their deadline to out.
+// expire moves the requests past their deadline to out. If the connection has received
+// nothing since the oldest of them was sent, it is half-open or its bookie is wedged (a peer that
+// vanished without a RST, a process frozen with its socket open): it is failed, so that the
+// requests behind the expired ones do not wait out their own timeouts too, and the next
+// request connects afresh.
 func (c *Conn) expire(now int64, out *reqList) int {
 	c.mu.Lock()
+	silent := c.state == stateReady &&
+		c.pending.silentSince(now, c.lastRecv.Load(), c.p.cfg.AddTimeout, c.p.cfg.ReadTimeout)
 	n := c.pending.expire(now, out)
+	gen := c.gen
 	c.mu.Unlock()
 	if n > 0 {
 		c.stats.timeouts.Add(int64(n))
+	}
+	if silent {
+		c.stats.unresponsive.Add(1)
+		c.fail(gen, true, ErrConnection, errUnresponsive)
 	}
 	return n
 }

@@ -34,6 +34,7 @@ func (c *Conn) run(gen uint64) {
 		return
 	}
 	c.state, c.failures = stateReady, 0
+	c.lastRecv.Store(c.p.now())
 	c.p.wg.Add(1)
 	go c.readLoop(gen, nc, fr)
 	c.mu.Unlock()
@@ -205,6 +206,7 @@ func (c *Conn) readLoop(gen uint64, nc net.Conn, fr *frameReader) {
 			c.fail(gen, true, ErrConnection, err)
 			return
 		}
+		c.lastRecv.Store(c.p.now())
 	}
 }
 

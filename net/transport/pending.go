@@ -2,6 +2,7 @@ package transport
 
 import (
 	"sync"
+	"time"
 
 	"github.com/ringkeeper/ringkeeper/net/protocol"
 )
@@ -175,6 +176,20 @@ func (s *pendingSet) remove(r *request) {
 }
 
 // expire moves every request whose deadline is at or before now to out and returns how many.
+// silentSince reports whether a request due by now was sent (its deadline less its op's
+// timeout) after lastRecv: the connection has then received nothing for a whole timeout.
+func (s *pendingSet) silentSince(now, lastRecv int64, addTimeout, readTimeout time.Duration) bool {
+	for _, o := range [2]struct {
+		l       *ageList
+		timeout time.Duration
+	}{{&s.adds, addTimeout}, {&s.reads, readTimeout}} {
+		if h := o.l.head; h != nil && h.expiry <= now && lastRecv < h.expiry-int64(o.timeout) {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *pendingSet) expire(now int64, out *reqList) int {
 	n := 0
 	for _, l := range [2]*ageList{&s.adds, &s.reads} {

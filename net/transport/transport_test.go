@@ -431,6 +431,54 @@ func TestReconnectAfterLoss(t *testing.T) {
 	}
 }
 
+// TestUnresponsiveConnectionIsReplaced: a bookie that keeps the socket open but answers
+// nothing (a half-open connection, a wedged process) must not hold the connection forever:
+// once a request times out with nothing received since it was sent, the connection is closed
+// and the next request connects afresh.
+func TestUnresponsiveConnectionIsReplaced(t *testing.T) {
+	fb := newFakeBookie(t)
+	p := newPool(t, Config{AddTimeout: 100 * time.Millisecond, ReadTimeout: 5 * time.Second})
+	conn := p.Conn(fb.addr())
+	col := newCollector(16)
+	conn.Add(1, 0, &keyA, 0, parts(1, 0, []byte("x")), col.onAdd, "answered")
+	fc := fb.accept(t)
+	fc.next(t)
+	fc.answerAdd(t, 1, 0, protocol.EOK)
+	if r := col.one(t); r.ctx != "answered" || r.err != nil {
+		t.Fatalf("first add: ctx %v err %v", r.ctx, r.err)
+	}
+	conn.Add(1, 1, &keyA, 0, parts(1, 1, []byte("y")), col.onAdd, "ignored")
+	conn.Read(1, 0, 0, nil, col.onRead, "behind")
+	fc.next(t)
+	fc.next(t)
+	// The add times out; the read behind it fails at once with the connection, not after its
+	// own timeout.
+	start := time.Now()
+	for range 2 {
+		r := col.one(t)
+		switch {
+		case r.ctx == "ignored" && errors.Is(r.err, ErrTimeout):
+		case r.ctx == "behind" && errors.Is(r.err, ErrConnection) && time.Since(start) < 2500*time.Millisecond:
+		default:
+			t.Fatalf("ctx %v err %v after %v: want the add's ErrTimeout and the read's ErrConnection", r.ctx, r.err, time.Since(start))
+		}
+	}
+	_ = fc.nc.SetReadDeadline(time.Now().Add(waitFor))
+	if _, err := fc.nc.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the unresponsive connection was not closed")
+	}
+	conn.Add(1, 1, &keyA, 0, parts(1, 1, []byte("y")), col.onAdd, "retry")
+	fc = fb.accept(t)
+	fc.next(t)
+	fc.answerAdd(t, 1, 1, protocol.EOK)
+	if r := col.one(t); r.ctx != "retry" || r.err != nil {
+		t.Fatalf("after reconnecting: ctx %v err %v", r.ctx, r.err)
+	}
+	if st := conn.Stats(); st.Unresponsive != 1 || st.Connects != 2 || st.Timeouts != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
 // TestBadResponseFrame: an oversize or undecodable response frame ends the connection.
 func TestBadResponseFrame(t *testing.T) {
 	for _, tc := range []struct {
