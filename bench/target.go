@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"os"
 
 	"github.com/ringkeeper/ringkeeper/bookie"
@@ -28,7 +27,30 @@ type Target struct {
 type connected struct {
 	client  *client.Client
 	cluster *cluster.Cluster
+	uri     string
 	cleanup func()
+}
+
+// moreClients opens n-1 further clients (each with its own connection to every bookie) and
+// returns them after the first; they are closed by cleanup.
+func (c *connected) moreClients(ctx context.Context, n int) ([]*client.Client, error) {
+	out := []*client.Client{c.client}
+	for len(out) < n {
+		cl, err := newClient(ctx, c.uri)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cl)
+		prev := c.cleanup
+		c.cleanup = func() { cl.Close(); prev() }
+	}
+	return out, nil
+}
+
+func newClient(ctx context.Context, uri string) (*client.Client, error) {
+	cfg := client.DefaultConfig(uri)
+	cfg.Logger = quietLogger()
+	return client.New(ctx, cfg)
 }
 
 func (t Target) connect(ctx context.Context) (*connected, error) {
@@ -57,17 +79,13 @@ func (t Target) connect(ctx context.Context) (*connected, error) {
 	if uri == "" {
 		return nil, errors.New("bench: give --metadata URI or --standalone")
 	}
-	cfg := client.DefaultConfig(uri)
-	cfg.Logger = quietLogger()
-	cl, err := client.New(ctx, cfg)
+	cl, err := newClient(ctx, uri)
 	if err != nil {
 		c.cleanup()
 		return nil, err
 	}
-	c.client = cl
+	c.client, c.uri = cl, uri
 	prev := c.cleanup
 	c.cleanup = func() { cl.Close(); prev() }
 	return c, nil
 }
-
-var _ = slog.Default

@@ -20,6 +20,9 @@ type WriteOptions struct {
 	EntrySize                        int
 	// Ledgers are written round-robin by the writers (each writer owns Ledgers/Writers).
 	Ledgers int
+	// Clients is the number of client instances; ledger i belongs to client i mod Clients, and
+	// each client has its own connection to every bookie.
+	Clients int
 	Writers int
 	// InFlight is the number of appends each writer keeps outstanding.
 	InFlight int
@@ -34,7 +37,7 @@ type WriteOptions struct {
 func DefaultWriteOptions() WriteOptions {
 	return WriteOptions{
 		Target:   Target{Bookies: 3},
-		Ensemble: 3, WriteQuorum: 3, AckQuorum: 2, EntrySize: 1024, Ledgers: 1, Writers: 1, InFlight: 1000,
+		Ensemble: 3, WriteQuorum: 3, AckQuorum: 2, EntrySize: 1024, Ledgers: 1, Clients: 1, Writers: 1, InFlight: 1000,
 		Duration: 10 * time.Second,
 	}
 }
@@ -43,15 +46,16 @@ func (o WriteOptions) config() map[string]any {
 	return map[string]any{
 		"metadata": o.MetadataURI, "standalone": o.Standalone, "bookies": o.Bookies,
 		"ensemble": o.Ensemble, "write_quorum": o.WriteQuorum, "ack_quorum": o.AckQuorum,
-		"entry_size": o.EntrySize, "ledgers": o.Ledgers, "writers": o.Writers, "in_flight": o.InFlight,
+		"entry_size": o.EntrySize, "ledgers": o.Ledgers, "clients": o.Clients, "writers": o.Writers, "in_flight": o.InFlight,
 		"rate": o.Rate, "duration_s": o.Duration.Seconds(), "warmup_s": o.Warmup.Seconds(),
 	}
 }
 
 func (o WriteOptions) validate() error {
-	if o.Writers < 1 || o.InFlight < 1 || o.Ledgers < o.Writers || o.Duration <= 0 || o.EntrySize < 0 {
-		return fmt.Errorf("bench: writers (%d) and in-flight (%d) must be positive, ledgers (%d) at least writers, duration positive",
-			o.Writers, o.InFlight, o.Ledgers)
+	if o.Writers < 1 || o.InFlight < 1 || o.Ledgers < o.Writers || o.Duration <= 0 || o.EntrySize < 0 ||
+		o.Clients < 1 || o.Clients > o.Ledgers {
+		return fmt.Errorf("bench: writers (%d), clients (%d) and in-flight (%d) must be positive, ledgers (%d) at least writers and clients, duration positive",
+			o.Writers, o.Clients, o.InFlight, o.Ledgers)
 	}
 	return nil
 }
@@ -66,9 +70,18 @@ func RunWrite(ctx context.Context, o WriteOptions) (*Result, error) {
 		return nil, err
 	}
 	defer t.cleanup()
-	ledgers, err := createLedgers(ctx, t.client, o.Ledgers, o.Ensemble, o.WriteQuorum, o.AckQuorum)
+	clients, err := t.moreClients(ctx, o.Clients)
 	if err != nil {
 		return nil, err
+	}
+	var ledgers []*client.Ledger
+	for i := range o.Ledgers {
+		lh, err := createLedgers(ctx, clients[i%len(clients)], 1, o.Ensemble, o.WriteQuorum, o.AckQuorum)
+		if err != nil {
+			closeLedgers(ledgers)
+			return nil, err
+		}
+		ledgers = append(ledgers, lh...)
 	}
 	defer closeLedgers(ledgers)
 	rec := NewRecorder()

@@ -51,6 +51,7 @@ func benchWriteCommand() *cobra.Command {
 	f.IntVar(&o.AckQuorum, "ack-quorum", o.AckQuorum, "ack quorum")
 	f.IntVar(&o.EntrySize, "entry-size", o.EntrySize, "entry payload size in bytes")
 	f.IntVar(&o.Ledgers, "ledgers", o.Ledgers, "ledgers written (round-robin)")
+	f.IntVar(&o.Clients, "clients", o.Clients, "client instances, each with its own connection to every bookie (ledger i uses client i mod clients)")
 	f.IntVar(&o.Writers, "writers", o.Writers, "writer goroutines")
 	f.IntVar(&o.InFlight, "in-flight", o.InFlight, "appends in flight per writer")
 	f.Float64Var(&o.Rate, "rate", o.Rate, "total appends per second (0 = closed loop)")

@@ -8,8 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/panjf2000/gnet/v2"
+	gnetErrors "github.com/panjf2000/gnet/v2/pkg/errors"
 	"golang.org/x/sys/unix"
 
 	"github.com/ringkeeper/ringkeeper/net/protocol"
@@ -40,6 +43,9 @@ type gnetHandler struct {
 type booted struct {
 	eng  gnet.Engine
 	addr net.Addr
+	// listener is a dup of the listening socket's fd, taken at boot (a dup taken while gnet
+	// stops would race with its close of the original), for stopGnet to shut.
+	listener int
 }
 
 func (s *Server) startGnet() error {
@@ -63,7 +69,7 @@ func (s *Server) startGnet() error {
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 		gnet.WithReadBufferCap(s.cfg.ReadBufferCap),
 		gnet.WithLoadBalancing(gnet.LeastConnections),
-		gnet.WithLogger(gnetLogger{s.log}),
+		gnet.WithLogger(gnetLogger{l: s.log, quiet: &s.gnetStopping}),
 	}
 	if s.cfg.SocketSendBufferBytes > 0 {
 		opts = append(opts, gnet.WithSocketSendBuffer(s.cfg.SocketSendBufferBytes))
@@ -74,7 +80,7 @@ func (s *Server) startGnet() error {
 	go func() { done <- gnet.Run(h, "tcp://"+addr, opts...) }()
 	select {
 	case b := <-h.booted:
-		s.engine, s.addr, s.gnetDone = b.eng, b.addr, done
+		s.engine, s.addr, s.gnetDone, s.listenerFD = b.eng, b.addr, done, b.listener
 		return nil
 	case err := <-done:
 		if err == nil {
@@ -105,41 +111,71 @@ func (s *Server) stopGnet(ctx context.Context) error {
 	s.mu.Lock()
 	done := s.gnetDone
 	eng := s.engine
+	listener := s.listenerFD
+	s.listenerFD = -1
 	s.mu.Unlock()
 	if done == nil {
 		return nil
+	}
+	// Take the listener out of LISTEN first (shutdown on a dup of it: the socket is shared),
+	// which resets the connections in its accept queue and makes gnet's acceptor fail, and
+	// gnet then shuts itself down from the acceptor. Stopping it from outside instead lets
+	// the acceptor hand a connection accepted meanwhile to an event loop that has already
+	// exited: that socket stays open and unserved forever, and a client connected to it
+	// waits out its timeouts instead of seeing the connection fail.
+	s.gnetStopping.Store(true) // the acceptor's failure is expected: not an error to log
+	if listener >= 0 {
+		_ = unix.Shutdown(listener, unix.SHUT_RD)
+		_ = unix.Close(listener)
+		select {
+		case err := <-done:
+			return gnetStopped(err)
+		case <-time.After(gnetSelfStopWait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	// Engine.Stop polls for completion every 500 ms; trigger the shutdown with a canceled
 	// context and wait for Run to return instead.
 	_ = eng.Stop(canceledContext())
 	select {
 	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("server: gnet: %w", err)
-		}
-		return nil
+		return gnetStopped(err)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
+// gnetSelfStopWait bounds the wait for gnet to shut itself down once its listener is shut.
+const gnetSelfStopWait = 2 * time.Second
+
+// gnetStopped is the result of a stop from gnet.Run's: the acceptor's failure on the shut
+// listener is how the stop was made, not an error.
+func gnetStopped(err error) error {
+	if err == nil || errors.Is(err, gnetErrors.ErrAcceptSocket) {
+		return nil
+	}
+	return fmt.Errorf("server: gnet: %w", err)
+}
+
 // OnBoot records the engine and the listener's bound address.
 func (h *gnetHandler) OnBoot(eng gnet.Engine) gnet.Action {
-	addr, err := listenerAddr(eng)
+	fd, err := eng.Dup()
 	if err != nil {
+		h.s.log.Error("server: cannot duplicate the listener", "err", err)
+		return gnet.Shutdown
+	}
+	addr, err := listenerAddr(fd)
+	if err != nil {
+		_ = unix.Close(fd)
 		h.s.log.Error("server: cannot read the listener's address", "err", err)
 		return gnet.Shutdown
 	}
-	h.booted <- booted{eng, addr}
+	h.booted <- booted{eng, addr, fd}
 	return gnet.None
 }
 
-func listenerAddr(eng gnet.Engine) (net.Addr, error) {
-	fd, err := eng.Dup()
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = unix.Close(fd) }()
+func listenerAddr(fd int) (net.Addr, error) {
 	sa, err := unix.Getsockname(fd)
 	if err != nil {
 		return nil, err
@@ -305,13 +341,25 @@ func (g *gnetConn) flush() {
 }
 
 // gnetLogger sends gnet's printf-style log lines to slog. gnet's Fatalf does not exit here.
-type gnetLogger struct{ l *slog.Logger }
+// gnetLogger sends gnet's logs to slog; while the server stops gnet, its errors (the
+// acceptor failing on the shut listener) are logged at debug level.
+type gnetLogger struct {
+	l     *slog.Logger
+	quiet *atomic.Bool
+}
 
 func (g gnetLogger) Debugf(format string, args ...any) { g.log(slog.LevelDebug, format, args) }
 func (g gnetLogger) Infof(format string, args ...any)  { g.log(slog.LevelDebug, format, args) }
 func (g gnetLogger) Warnf(format string, args ...any)  { g.log(slog.LevelWarn, format, args) }
-func (g gnetLogger) Errorf(format string, args ...any) { g.log(slog.LevelError, format, args) }
+func (g gnetLogger) Errorf(format string, args ...any) { g.log(g.errorLevel(), format, args) }
 func (g gnetLogger) Fatalf(format string, args ...any) { g.log(slog.LevelError, format, args) }
+
+func (g gnetLogger) errorLevel() slog.Level {
+	if g.quiet.Load() {
+		return slog.LevelDebug
+	}
+	return slog.LevelError
+}
 
 func (g gnetLogger) log(level slog.Level, format string, args []any) {
 	ctx := context.Background()

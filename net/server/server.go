@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"log/slog"
 	"net"
 	"sync"
@@ -40,6 +41,9 @@ type Server struct {
 	readTasks sync.Pool // *readTask
 	pool      readPool
 	blocking  blockingAdds
+	// gnetStopping is set when Stop shuts gnet's listener (see stopGnet).
+	gnetStopping atomic.Bool
+	listenerFD   int // a dup of gnet's listening socket (-1: none)
 
 	resumeKick chan struct{} // capacity 1: a connection was paused
 	resumeQuit chan struct{}
@@ -115,6 +119,7 @@ func New(cfg Config, storage Storage) (*Server, error) {
 		resumeDone: make(chan struct{}),
 		conns:      make(map[*connState]struct{}),
 		paused:     make(map[*connState]struct{}),
+		listenerFD: -1,
 		tlsConns:   make(map[*stdConn]struct{}),
 	}
 	s.addDone = s.completeAdd
@@ -154,6 +159,10 @@ func (s *Server) abortStartLocked() {
 	if s.gnetDone != nil {
 		_ = s.engine.Stop(canceledContext())
 		<-s.gnetDone
+	}
+	if s.listenerFD >= 0 {
+		_ = unix.Close(s.listenerFD)
+		s.listenerFD = -1
 	}
 	close(s.resumeQuit)
 	<-s.resumeDone
