@@ -14,13 +14,13 @@ import (
 // segment being written.
 func (w *Writer) Truncate(ctx context.Context, d DLSN) error {
 	w.mu.Lock()
-	err, cur := w.err, w.seg
+	err, active := w.err, w.seg.meta.SeqNo
 	w.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	if d.SegmentSeqNo > cur.meta.SeqNo {
-		return fmt.Errorf("%w: log %s: truncate at %s, the writer is in segment %d", ErrTruncateBeyondEnd, w.log.name, d.Text(), cur.meta.SeqNo)
+	if d.SegmentSeqNo > active {
+		return fmt.Errorf("%w: log %s: truncate at %s, the writer is in segment %d", ErrTruncateBeyondEnd, w.log.name, d.Text(), active)
 	}
 	w.metaMu.Lock()
 	if w.meta.truncation.Less(d) {

@@ -181,7 +181,9 @@ func (w *Writer) completeSegment(ctx context.Context, s *segWriter) error {
 	if err := w.commitSegment(ctx, &done, func(m *logMeta) error { m.maxTxID = max(m.maxTxID, done.LastTxID); return nil }); err != nil {
 		return err
 	}
+	w.mu.Lock() // Purge reads the active segment's meta under mu
 	s.meta = done
+	w.mu.Unlock()
 	return nil
 }
 

@@ -317,6 +317,10 @@ func (c *Conn) connectLocked() {
 	go c.run(c.gen)
 }
 
+// unresponsiveMinSilence is the least silence that closes a connection as unresponsive, so
+// that sub-second test timeouts and scheduling stalls never do.
+const unresponsiveMinSilence = time.Second
+
 // expire moves the requests past their deadline to out. If the connection has received
 // nothing since the oldest of them was sent, it is half-open or its bookie is wedged (a peer that
 // vanished without a RST, a process frozen with its socket open): it is failed, so that the
@@ -324,8 +328,9 @@ func (c *Conn) connectLocked() {
 // request connects afresh.
 func (c *Conn) expire(now int64, out *reqList) int {
 	c.mu.Lock()
-	silent := c.state == stateReady &&
-		c.pending.silentSince(now, c.lastRecv.Load(), c.p.cfg.AddTimeout, c.p.cfg.ReadTimeout)
+	last := c.lastRecv.Load()
+	silent := c.state == stateReady && now-last >= int64(unresponsiveMinSilence) &&
+		c.pending.silentSince(now, last, c.p.cfg.AddTimeout, c.p.cfg.ReadTimeout)
 	n := c.pending.expire(now, out)
 	gen := c.gen
 	c.mu.Unlock()

@@ -437,7 +437,7 @@ func TestReconnectAfterLoss(t *testing.T) {
 // and the next request connects afresh.
 func TestUnresponsiveConnectionIsReplaced(t *testing.T) {
 	fb := newFakeBookie(t)
-	p := newPool(t, Config{AddTimeout: 100 * time.Millisecond, ReadTimeout: 5 * time.Second})
+	p := newPool(t, Config{AddTimeout: unresponsiveMinSilence, ReadTimeout: 5 * unresponsiveMinSilence})
 	conn := p.Conn(fb.addr())
 	col := newCollector(16)
 	conn.Add(1, 0, &keyA, 0, parts(1, 0, []byte("x")), col.onAdd, "answered")
@@ -458,7 +458,7 @@ func TestUnresponsiveConnectionIsReplaced(t *testing.T) {
 		r := col.one(t)
 		switch {
 		case r.ctx == "ignored" && errors.Is(r.err, ErrTimeout):
-		case r.ctx == "behind" && errors.Is(r.err, ErrConnection) && time.Since(start) < 2500*time.Millisecond:
+		case r.ctx == "behind" && errors.Is(r.err, ErrConnection) && time.Since(start) < 2*unresponsiveMinSilence:
 		default:
 			t.Fatalf("ctx %v err %v after %v: want the add's ErrTimeout and the read's ErrConnection", r.ctx, r.err, time.Since(start))
 		}

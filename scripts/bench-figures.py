@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Every figure of BENCHMARKS.md in one run: physlimit first (the disk's limit, same run), then
+each workload, interleaved repetitions where the figure is a ratio of two workloads, then
+physlimit again. Writes every JSON result under --out and prints medians and ratios.
+
+    go build -o /tmp/rk ./cmd/ringkeeper
+    scripts/bench-figures.py --dir /path/on/the/disk --binary /tmp/rk --out /tmp/figures [--reps 3]
+
+Needs fio (apt-get install -y fio) for ../shared/tools/physlimit.
+"""
+import argparse, json, os, statistics, subprocess, sys, time
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--dir", required=True, help="data directory on the disk being measured")
+ap.add_argument("--binary", default="./ringkeeper")
+ap.add_argument("--out", required=True, help="directory for the JSON results and profiles")
+ap.add_argument("--reps", type=int, default=3)
+ap.add_argument("--only", default="", help="comma-separated sections: physlimit,journal,storage,compaction,server,client,dlog")
+args = ap.parse_args()
+os.makedirs(args.out, exist_ok=True)
+only = set(args.only.split(",")) if args.only else None
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+PHYSLIMIT = os.path.join(ROOT, "..", "shared", "tools", "physlimit")
+results = {}
+
+
+def want(section):
+    return only is None or section in only
+
+
+def run(name, argv, json_out=True):
+    """Runs the binary with argv, saves and returns its JSON result."""
+    cmd = [args.binary] + argv + (["--json"] if json_out else [])
+    print("+", " ".join(cmd), file=sys.stderr, flush=True)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        print(p.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"{name}: exit {p.returncode}")
+    res = json.loads(p.stdout) if json_out else p.stdout
+    results.setdefault(name, []).append({"cmd": " ".join(cmd), "result": res})
+    return res
+
+
+def physlimit(tag):
+    cmd = [PHYSLIMIT, "--dir", args.dir, "--json"]
+    print("+", " ".join(cmd), file=sys.stderr, flush=True)
+    res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    results.setdefault("physlimit", []).append({"cmd": " ".join(cmd), "tag": tag, "result": res})
+    return res
+
+
+def med(name, f):
+    return statistics.median(f(r["result"]) for r in results[name])
+
+
+def gobench(name, pkg, pattern, benchtime="3s", count=3):
+    cmd = ["go", "test", "-run", "^$", "-bench", pattern, "-benchmem", "-benchtime", benchtime,
+           "-count", str(count), pkg]
+    print("+", " ".join(cmd), file=sys.stderr, flush=True)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT).stdout
+    results.setdefault(name, []).append({"cmd": " ".join(cmd), "result": out})
+    return out
+
+
+D = args.dir
+JT = ["bench", "journal", "--dir", D, "--duration", "10s", "--warmup", "3s", "--max-file-mb", "256",
+      "--max-backups", "1", "--group-bytes", "1048576", "--writers", "256", "--outstanding", "16", "--entry-size", "1024"]
+JL = ["bench", "journal", "--dir", D, "--duration", "5s", "--warmup", "2s", "--max-file-mb", "16",
+      "--max-backups", "1", "--writers", "1", "--outstanding", "1", "--entry-size", "1024"]
+ST = ["bench", "storage", "--journal-dir", D, "--ledger-dir", D, "--duration", "10s", "--warmup", "3s",
+      "--writers", "256", "--outstanding", "16", "--ledgers", "256", "--entry-size", "1024",
+      "--group-bytes", "1048576", "--write-cache-mb", "256"]
+STANDALONE = ["--standalone", "--data-dir"]
+
+if want("physlimit") or only is None:
+    physlimit("before")
+
+if want("journal"):
+    for _ in range(args.reps):
+        for eng in ("io_uring", "psync"):
+            run(f"journal-throughput-{eng}", JT + ["--engine", eng])
+            run(f"journal-latency-{eng}", JL + ["--engine", eng])
+    run("journal-vs-pebble", JT + ["--engine", "io_uring", "--baseline", "pebble"])
+    gobench("journal-allocs", "./journal/", "BenchmarkAppend", "2s", 1)
+
+if want("storage"):
+    for _ in range(args.reps):
+        run("storage-journal-throughput", JT + ["--engine", "io_uring"])
+        run("storage-adds", ST)
+    run("storage-read-random", ST + ["--read", "random", "--read-outstanding", "32"])
+    run("storage-read-sequential", ST + ["--read", "sequential"])
+    gobench("writecache-allocs", "./engine/", "BenchmarkWriteCachePut", "1s", 1)
+
+if want("compaction"):
+    for _ in range(args.reps):
+        run("storage-compaction", ["bench", "storage", "--journal-dir", D, "--ledger-dir", D, "--compaction",
+                                   "--duration", "15s", "--writers", "64", "--outstanding", "16", "--ledgers", "64"])
+
+if want("server"):
+    # One bookie over loopback, 64 client connections, against the engine alone.
+    for i in range(args.reps):
+        st = run("server-storage-adds", ST[:-4] + ["--ledgers", "64", "--writers", "64", "--outstanding", "64"])
+        w = run("server-write-64conns", ["bench", "write"] + STANDALONE + [f"{D}/srv{i}", "--bookies", "1",
+                "--ensemble", "1", "--write-quorum", "1", "--ack-quorum", "1", "--clients", "64", "--ledgers", "64",
+                "--writers", "64", "--in-flight", "64", "--duration", "10s", "--warmup", "3s"])
+        half = w["ops_per_sec"] / 2
+        run("server-write-64conns-half-load", ["bench", "write"] + STANDALONE + [f"{D}/srvh{i}", "--bookies", "1",
+            "--ensemble", "1", "--write-quorum", "1", "--ack-quorum", "1", "--clients", "64", "--ledgers", "64",
+            "--writers", "64", "--in-flight", "64", "--duration", "10s", "--warmup", "3s", "--rate", f"{half:.0f}"])
+        run("server-storage-half-load", ST[:-4] + ["--ledgers", "64", "--writers", "64", "--outstanding", "64",
+            "--rate", f"{half:.0f}"])
+    gobench("server-raw-codec", "./net/server/", "BenchmarkAddLoopback", "3s", 3)
+
+if want("client"):
+    for i in range(args.reps):
+        run("client-111-1000inflight", ["bench", "write"] + STANDALONE + [f"{D}/c111-{i}", "--bookies", "1",
+            "--ensemble", "1", "--write-quorum", "1", "--ack-quorum", "1", "--in-flight", "1000",
+            "--duration", "10s", "--warmup", "3s"])
+        run("client-332-light", ["bench", "write"] + STANDALONE + [f"{D}/c332l-{i}", "--bookies", "3",
+            "--in-flight", "1", "--duration", "10s", "--warmup", "2s"])
+    run("client-332-1000inflight", ["--cpuprofile", f"{args.out}/write332.prof", "bench", "write"] + STANDALONE +
+        [f"{D}/c332", "--bookies", "3", "--in-flight", "1000", "--duration", "15s", "--warmup", "3s"])
+    gobench("client-raw-serial-rtt", "./net/transport/", "BenchmarkRawAddSerial", "3s", 3)
+    gobench("client-transport", "./net/transport/", "BenchmarkAddPipelined", "3s", 3)
+
+if want("dlog"):
+    run("dlog-write-100B", ["bench", "dlog", "write", "--standalone", "--record-size", "100", "--baseline",
+                            "--duration", "10s"])
+
+if only is None:
+    physlimit("after")
+
+with open(os.path.join(args.out, "figures.json"), "w") as f:
+    json.dump(results, f, indent=1)
+print(f"wrote {args.out}/figures.json", file=sys.stderr)
