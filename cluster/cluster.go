@@ -50,6 +50,9 @@ type Cluster struct {
 }
 
 // Start starts etcd and the bookies. On error it stops what it started.
+// standaloneFileSize is journalMaxSizeMB and logSizeLimit of the cluster's bookies.
+const standaloneFileSize = 256 << 20
+
 func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if cfg.Bookies == 0 {
 		cfg.Bookies = 3
@@ -94,6 +97,11 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		dir := filepath.Join(cfg.DataDir, "bookie-"+strconv.Itoa(i))
 		bc.Engine.JournalDirs = []string{filepath.Join(dir, "journal")}
 		bc.Engine.LedgerDirs = []string{filepath.Join(dir, "ledgers")}
+		// Several bookies share one machine's disk: files of a production size (journal 2 GiB,
+		// prepared one ahead and recycled; entry logs 1 GiB, fallocated) would take ~5 GiB per
+		// bookie before the first add.
+		bc.Engine.Journal.MaxFileSize = standaloneFileSize
+		bc.Engine.EntryLogSizeLimit = standaloneFileSize
 		bc.Logger = cfg.Logger.With("bookie", i)
 		if cfg.Bookie != nil {
 			cfg.Bookie(i, &bc)

@@ -8,7 +8,7 @@ physlimit again. Writes every JSON result under --out and prints medians and rat
 
 Needs fio (apt-get install -y fio) for ../shared/tools/physlimit.
 """
-import argparse, json, os, statistics, subprocess, sys, time
+import argparse, json, os, shutil, subprocess, sys
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--dir", required=True, help="data directory on the disk being measured")
@@ -28,16 +28,27 @@ def want(section):
     return only is None or section in only
 
 
-def run(name, argv, json_out=True):
-    """Runs the binary with argv, saves and returns its JSON result."""
-    cmd = [args.binary] + argv + (["--json"] if json_out else [])
+def save():
+    with open(os.path.join(args.out, "figures.json"), "w") as f:
+        json.dump(results, f, indent=1)
+
+
+def run(name, argv):
+    """Runs the binary with argv, saves and returns its JSON result (None if it failed). A
+    --data-dir it was given is removed afterwards: standalone clusters preallocate."""
+    cmd = [args.binary] + argv + ["--json"]
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
     p = subprocess.run(cmd, capture_output=True, text=True)
+    if "--data-dir" in argv:
+        shutil.rmtree(argv[argv.index("--data-dir") + 1], ignore_errors=True)
     if p.returncode != 0:
         print(p.stderr[-3000:], file=sys.stderr)
-        raise SystemExit(f"{name}: exit {p.returncode}")
-    res = json.loads(p.stdout) if json_out else p.stdout
+        results.setdefault(name, []).append({"cmd": " ".join(cmd), "error": p.stderr[-2000:]})
+        save()
+        return None
+    res = json.loads(p.stdout)
     results.setdefault(name, []).append({"cmd": " ".join(cmd), "result": res})
+    save()
     return res
 
 
@@ -46,11 +57,8 @@ def physlimit(tag):
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
     res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     results.setdefault("physlimit", []).append({"cmd": " ".join(cmd), "tag": tag, "result": res})
+    save()
     return res
-
-
-def med(name, f):
-    return statistics.median(f(r["result"]) for r in results[name])
 
 
 def gobench(name, pkg, pattern, benchtime="3s", count=3):
@@ -59,6 +67,7 @@ def gobench(name, pkg, pattern, benchtime="3s", count=3):
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT).stdout
     results.setdefault(name, []).append({"cmd": " ".join(cmd), "result": out})
+    save()
     return out
 
 
@@ -67,9 +76,11 @@ JT = ["bench", "journal", "--dir", D, "--duration", "10s", "--warmup", "3s", "--
       "--max-backups", "1", "--group-bytes", "1048576", "--writers", "256", "--outstanding", "16", "--entry-size", "1024"]
 JL = ["bench", "journal", "--dir", D, "--duration", "5s", "--warmup", "2s", "--max-file-mb", "16",
       "--max-backups", "1", "--writers", "1", "--outstanding", "1", "--entry-size", "1024"]
-ST = ["bench", "storage", "--journal-dir", D, "--ledger-dir", D, "--duration", "10s", "--warmup", "3s",
-      "--writers", "256", "--outstanding", "16", "--ledgers", "256", "--entry-size", "1024",
-      "--group-bytes", "1048576", "--write-cache-mb", "256"]
+ST_BASE = ["bench", "storage", "--journal-dir", D, "--ledger-dir", D, "--duration", "10s", "--warmup", "3s",
+           "--entry-size", "1024"]
+ST = ST_BASE + ["--writers", "256", "--outstanding", "16", "--ledgers", "256", "--group-bytes", "1048576",
+                "--write-cache-mb", "256"]
+ST64 = ST_BASE + ["--ledgers", "64", "--writers", "64", "--outstanding", "64"]
 STANDALONE = ["--standalone", "--data-dir"]
 
 if want("physlimit") or only is None:
@@ -99,16 +110,17 @@ if want("compaction"):
 if want("server"):
     # One bookie over loopback, 64 client connections, against the engine alone.
     for i in range(args.reps):
-        st = run("server-storage-adds", ST[:-4] + ["--ledgers", "64", "--writers", "64", "--outstanding", "64"])
+        run("server-storage-adds", ST64)
         w = run("server-write-64conns", ["bench", "write"] + STANDALONE + [f"{D}/srv{i}", "--bookies", "1",
                 "--ensemble", "1", "--write-quorum", "1", "--ack-quorum", "1", "--clients", "64", "--ledgers", "64",
                 "--writers", "64", "--in-flight", "64", "--duration", "10s", "--warmup", "3s"])
+        if w is None:
+            continue
         half = w["ops_per_sec"] / 2
         run("server-write-64conns-half-load", ["bench", "write"] + STANDALONE + [f"{D}/srvh{i}", "--bookies", "1",
             "--ensemble", "1", "--write-quorum", "1", "--ack-quorum", "1", "--clients", "64", "--ledgers", "64",
             "--writers", "64", "--in-flight", "64", "--duration", "10s", "--warmup", "3s", "--rate", f"{half:.0f}"])
-        run("server-storage-half-load", ST[:-4] + ["--ledgers", "64", "--writers", "64", "--outstanding", "64",
-            "--rate", f"{half:.0f}"])
+        run("server-storage-half-load", ST64 + ["--rate", f"{half:.0f}"])
     gobench("server-raw-codec", "./net/server/", "BenchmarkAddLoopback", "3s", 3)
 
 if want("client"):
@@ -130,6 +142,5 @@ if want("dlog"):
 if only is None:
     physlimit("after")
 
-with open(os.path.join(args.out, "figures.json"), "w") as f:
-    json.dump(results, f, indent=1)
+save()
 print(f"wrote {args.out}/figures.json", file=sys.stderr)

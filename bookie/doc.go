@@ -1,0 +1,28 @@
+// Package bookie is the bookie process behind `ringkeeper bookie --conf FILE`: configuration
+// (a BookKeeper-style properties file with BookKeeper's key names, flags over it), the storage
+// engine (package engine), the network server (package net/server) and the bookie's place in
+// the metadata service.
+//
+// # Lifecycle
+//
+// Start: connect to the metadata service; check the cookies in every journal and ledger
+// directory against each other and against the one in the metadata service (a missing or
+// different cookie stops the bookie with what to do, never an empty start on a wiped disk);
+// open the engine, which replays the journal from the LastLogMark and checkpoints; start
+// serving; only then register, writable or read-only. Close (SIGTERM): deregister, stop
+// accepting and drain the server, close the engine (a final checkpoint).
+//
+// # Disk usage
+//
+// Every diskCheckInterval: above diskUsageThreshold the bookie turns read-only (adds get
+// EREADONLY, recovery adds are still taken while space remains, reads go on) and its
+// registration moves to read-only; below diskUsageLwmThreshold it turns writable again.
+// Below one entry log of free space the engine refuses every add. A full disk therefore ends
+// in clean refusals, never in a torn write that was acknowledged.
+//
+// # HTTP
+//
+// On prometheusStatsHttpPort: /metrics (Prometheus, BookKeeper's metric names where the
+// meaning is the same), /heartbeat, /api/v1/bookie/state, PUT /api/v1/bookie/state/readonly,
+// /api/v1/bookie/info, and the garbage-collection routes (gc.go).
+package bookie

@@ -1,0 +1,57 @@
+// Package client is the ledger API: BookKeeper's client protocol (quorum replication, fencing,
+// recovery, ensemble change) over the v2 wire protocol (package net/transport), with ledger
+// metadata in the metadata service (package metadata).
+//
+//	c, _ := client.New(ctx, client.DefaultConfig("etcd://127.0.0.1:2379/ledgers"))
+//	lh, _ := c.CreateLedger(ctx, client.CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: pw})
+//	id, _ := lh.Append(ctx, data)                     // or AppendAsync(data, func(id, err) {...})
+//	_ = lh.Close(ctx)
+//	r, _ := c.OpenLedger(ctx, lh.ID(), pw, true)     // true: fence and recover first
+//	for e, err := range r.Entries(ctx, 0, r.LastAddConfirmed()) { ... }
+//
+// # Writes
+//
+// Entry e goes to bookies (e+i) mod E of the current ensemble, i < Qw, and completes at Qa
+// acknowledgements; completions are delivered strictly in entry order and each entry carries
+// the LAC (the last entry whose add completed). A bookie that fails an add is replaced through
+// the PlacementPolicy: the metadata is CAS'd with a new ensemble starting at LAC+1 and the adds
+// in flight are resent to the replacement before any callback runs. An ensemble change fails
+// cleanly (ErrLedgerClosed, ErrLedgerFenced) when another client closed or fenced the ledger.
+//
+// # Stored entries
+//
+// What a bookie stores for an entry (BookKeeper's format; all integers big-endian):
+//
+//	 0        8        16       24       32
+//	+--------+--------+--------+--------+-----------+---------+
+//	|ledgerId|entryId | LAC    | length | digest[N] | payload |
+//	+--------+--------+--------+--------+-----------+---------+
+//
+// length is the ledger's total payload length up to and including this entry. The digest
+// (N = 4 CRC32C, the default; 8 CRC32; 20 HMAC-SHA1 keyed by SHA1("mac" ‖ password); 0 none)
+// covers the 32-byte header and the payload. Reads verify it; a mismatch is logged with the
+// bookie's address and the next replica is read. The master key bookies check is
+// SHA1("ledger" ‖ password).
+//
+// # Recovery (OpenLedger with recover)
+//
+// The metadata goes to IN_RECOVERY (CAS); fencing reads of the last entry go to the last
+// ensemble until every write quorum has fewer than Qa unknown answers; the LAC starts at
+// max(the LACs returned, the last ensemble's first entry − 1); entries are then read forward
+// with fencing and re-added to their whole write quorum with RECOVERY_ADD, up to the first
+// entry that at least Qw−Qa+1 bookies report missing (an I/O error or a bad digest is never
+// counted as missing); finally the metadata is CAS'd to CLOSED with that last entry and the
+// length. Concurrent recoverers converge on the same end.
+//
+// # Reads
+//
+// A read goes to the replicas of the entry's write set one at a time, to the next one after
+// an error or after SpeculativeReadTimeout without an answer. Range reads and Entries keep
+// ReadWindow entries in flight.
+//
+// # Goroutines
+//
+// One watcher goroutine per Client follows the writable bookies in the metadata service;
+// ensemble changes run on their own goroutine per ledger, one at a time. Callbacks run on
+// transport goroutines and must not block. Close fails what is pending and leaks nothing.
+package client
