@@ -174,6 +174,7 @@ const (
 const (
 	registerBuffers   uintptr = 0 // IORING_REGISTER_BUFFERS
 	unregisterBuffers uintptr = 1 // IORING_UNREGISTER_BUFFERS
+	registerEventFD   uintptr = 4 // IORING_REGISTER_EVENTFD
 	registerProbe     uintptr = 8 // IORING_REGISTER_PROBE
 )
 

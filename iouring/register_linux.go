@@ -78,6 +78,16 @@ func (r *Ring) Probe() (*Probe, error) {
 	return p, nil
 }
 
+// RegisterEventFD makes the kernel signal the eventfd efd whenever it posts a completion, so
+// that a waiter can sleep in a poller (Go's netpoller) instead of in io_uring_enter.
+func (r *Ring) RegisterEventFD(efd int) error {
+	fd := int32(efd)
+	if err := r.register(registerEventFD, unsafe.Pointer(&fd), 1); err != nil {
+		return fmt.Errorf("iouring: register eventfd: %w", err)
+	}
+	return nil
+}
+
 // register calls io_uring_register(2), retrying EINTR. The memory at arg is only read or
 // written during the call.
 func (r *Ring) register(op uintptr, arg unsafe.Pointer, n uint32) error {

@@ -180,11 +180,22 @@ func (f *osFile) Fd() int { return f.fd }
 
 func (f *osFile) Name() string { return f.name }
 
+// ReadAt reads through the shared io_uring reader when io_uring is available (see
+// uringReader: a read waiting for the disk then holds no Go P), with pread otherwise.
 func (f *osFile) ReadAt(p []byte, off int64) (int, error) {
+	r := readerFor()
 	n := 0
 	for n < len(p) {
-		m, err := unix.Pread(f.fd, p[n:], off+int64(n))
-		if err == unix.EINTR {
+		var m int
+		var err error
+		ok := false
+		if r != nil {
+			m, err, ok = r.pread(f.fd, p[n:], off+int64(n))
+		}
+		if !ok {
+			m, err = unix.Pread(f.fd, p[n:], off+int64(n))
+		}
+		if err == unix.EINTR || err == unix.EAGAIN {
 			continue
 		}
 		if err != nil {
