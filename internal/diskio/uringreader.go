@@ -2,6 +2,7 @@ package diskio
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -17,20 +18,33 @@ import (
 // behind one another: on 2 cores, 32 random reads in flight ran at a quarter of the disk's
 // random-read rate with pread, and most of it with more Ps than cores.
 //
-// A reader takes a slot (the slots bound reads in flight), prepares and submits its SQE under
-// mu, and waits on the slot. One completer goroutine sleeps in the netpoller on an eventfd that
-// the ring signals for every completion, drains the CQ and wakes each slot's reader. The ring
-// and the completer live as long as the process (one for all files; see sharedReader).
+// A reader takes a slot (the slots bound reads in flight), hands its request to the submitter
+// goroutine, which owns the ring's submission side and submits whatever requests have queued
+// up with one io_uring_enter (on a VM each submission is an exit to the host: batching them
+// matters), and waits on the slot. The completer goroutine sleeps in the netpoller on an
+// eventfd that the ring signals for every completion, drains the CQ and wakes each slot's
+// reader. Ring and goroutines live as long as the process (one for all files; see
+// sharedReader).
 type uringReader struct {
-	mu    sync.Mutex // guards the ring's submission side
-	ring  *iouring.Ring
-	efd   *os.File // non-blocking eventfd, registered with the ring: pollable
-	slots []readSlot
-	free  chan int // free slot indices
-	// broken is set when a submission fails: its SQE may still be queued, so the ring is not
+	ring     *iouring.Ring
+	efd      *os.File // non-blocking eventfd, registered with the ring: pollable
+	slots    []readSlot
+	free     chan int     // free slot indices
+	requests chan readReq // to the submitter; never more than len(slots)
+	// broken is set when a submission fails: its SQEs may still be queued, so the ring is not
 	// trusted again and reads fall back to pread.
 	broken atomic.Bool
 }
+
+type readReq struct {
+	fd   int
+	p    []byte
+	off  int64
+	slot int
+}
+
+// notSubmitted is the result a reader gets when its read could not be submitted.
+const notSubmitted = math.MinInt32
 
 type readSlot struct {
 	// buf is the read's buffer while the kernel may write to it. Storing it in a heap object
@@ -83,15 +97,17 @@ func newURingReader(slots int) (*uringReader, error) {
 		return nil, err
 	}
 	r := &uringReader{
-		ring:  ring,
-		efd:   os.NewFile(uintptr(efd), "io_uring-read-eventfd"), // non-blocking: the netpoller waits on it
-		slots: make([]readSlot, slots),
-		free:  make(chan int, slots),
+		ring:     ring,
+		efd:      os.NewFile(uintptr(efd), "io_uring-read-eventfd"), // non-blocking: the netpoller waits on it
+		slots:    make([]readSlot, slots),
+		free:     make(chan int, slots),
+		requests: make(chan readReq, slots),
 	}
 	for i := range r.slots {
 		r.slots[i].done = make(chan int32, 1)
 		r.free <- i
 	}
+	go r.submit()
 	go r.complete()
 	return r, nil
 }
@@ -101,29 +117,43 @@ func newURingReader(slots int) (*uringReader, error) {
 func (r *uringReader) pread(fd int, p []byte, off int64) (n int, err error, ok bool) {
 	i := <-r.free
 	s := &r.slots[i]
-	r.mu.Lock()
-	sqe := r.ring.GetSQE() // never nil: at most len(slots) SQEs are outstanding
-	if sqe == nil || r.broken.Load() {
-		r.mu.Unlock()
-		r.free <- i
-		return 0, nil, false
-	}
 	s.buf = p
-	sqe.PrepRead(fd, p, off)
-	sqe.SetUserData(uint64(i))
-	_, err = r.ring.Submit()
-	r.mu.Unlock()
-	if err != nil {
-		r.broken.Store(true) // the slot stays taken: a late completion for it must not reach a new read
-		return 0, nil, false
-	}
+	r.requests <- readReq{fd: fd, p: p, off: off, slot: i}
 	res := <-s.done
 	s.buf = nil
+	if res == notSubmitted {
+		return 0, nil, false // the slot stays taken: a late completion for it must not reach a new read
+	}
 	r.free <- i
 	if res < 0 {
 		return 0, unix.Errno(-res), true
 	}
 	return int(res), nil, true
+}
+
+// submit is the submitter goroutine: it prepares an SQE for each request that has queued up
+// and submits them together.
+func (r *uringReader) submit() {
+	batch := make([]int, 0, len(r.slots))
+	for req := range r.requests {
+		batch = batch[:0]
+		for {
+			sqe := r.ring.GetSQE() // never nil: at most len(slots) reads are outstanding
+			sqe.PrepRead(req.fd, req.p, req.off)
+			sqe.SetUserData(uint64(req.slot))
+			batch = append(batch, req.slot)
+			if len(r.requests) == 0 {
+				break
+			}
+			req = <-r.requests
+		}
+		if _, err := r.ring.Submit(); err != nil || r.broken.Load() {
+			r.broken.Store(true)
+			for _, i := range batch {
+				r.slots[i].done <- notSubmitted
+			}
+		}
+	}
 }
 
 // complete is the completer goroutine.
@@ -138,7 +168,10 @@ func (r *uringReader) complete() {
 		for {
 			n, err := r.ring.PeekBatchCQE(cqes)
 			for _, c := range cqes[:n] {
-				r.slots[c.UserData].done <- c.Res
+				select {
+				case r.slots[c.UserData].done <- c.Res:
+				default: // a read already told it was not submitted (the ring broke)
+				}
 			}
 			if err != nil || n < len(cqes) {
 				break
