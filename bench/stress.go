@@ -63,6 +63,9 @@ type stressLedger struct {
 	id      int64
 	acked   int64 // entries 0..acked were acknowledged
 	deleted bool
+	// deleting is set before a delete is sent: a delete cut short by the end of the run may
+	// still have happened, so such a ledger may be gone.
+	deleting bool
 }
 
 // RunStress runs the stress workload.
@@ -175,6 +178,9 @@ func RunStress(ctx context.Context, o StressOptions) (*Result, error) {
 					}
 				}
 				if rng.IntN(3) == 0 {
+					mu.Lock()
+					sl.deleting = true
+					mu.Unlock()
 					if err := t.client.DeleteLedger(runCtx, lh.ID()); err == nil {
 						mu.Lock()
 						sl.deleted = true
@@ -214,12 +220,14 @@ func RunStress(ctx context.Context, o StressOptions) (*Result, error) {
 					vctx, vcancel := context.WithTimeout(ctx, 30*time.Second)
 					err = verifyStressLedger(vctx, t.client, sl, o.EntrySize)
 					vcancel()
-					if err == nil || errors.Is(err, errLost) {
+					if err == nil || errors.Is(err, errLost) || errors.Is(err, client.ErrNoSuchLedger) && sl.deleting {
 						break
 					}
 					time.Sleep(500 * time.Millisecond)
 				}
 				switch {
+				case errors.Is(err, client.ErrNoSuchLedger) && sl.deleting:
+					// deleted after all (its delete was cut short by the end of the run)
 				case errors.Is(err, errLost):
 					lost.Add(1)
 					fmt.Fprintf(o.progressOrDiscard(), "LOSS: %v\n", err)

@@ -130,6 +130,9 @@ if want("client"):
             "--duration", "10s", "--warmup", "3s"])
         run("client-332-light", ["bench", "write"] + STANDALONE + [f"{D}/c332l-{i}", "--bookies", "3",
             "--in-flight", "1", "--duration", "10s", "--warmup", "2s"])
+        run("client-111-light", ["bench", "write"] + STANDALONE + [f"{D}/c111l-{i}", "--bookies", "1",
+            "--ensemble", "1", "--write-quorum", "1", "--ack-quorum", "1", "--in-flight", "1",
+            "--duration", "10s", "--warmup", "2s"])
     run("client-332-1000inflight", ["--cpuprofile", f"{args.out}/write332.prof", "bench", "write"] + STANDALONE +
         [f"{D}/c332", "--bookies", "3", "--in-flight", "1000", "--duration", "15s", "--warmup", "3s"])
     gobench("client-raw-serial-rtt", "./net/transport/", "BenchmarkRawAddSerial", "3s", 3)
