@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 var (
@@ -48,8 +49,12 @@ func Open(cfg Config) (*Index, error) {
 	}
 	cache := pebble.NewCache(cfg.BlockCacheSize)
 	defer cache.Unref()
+	fs := cfg.FS
+	if fs == vfs.Default {
+		fs = ringFS{fs}
+	}
 	opts := &pebble.Options{
-		FS:                 cfg.FS,
+		FS:                 fs,
 		Cache:              cache,
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{cfg.Logger},

@@ -183,6 +183,17 @@ func (f *osFile) Name() string { return f.name }
 // ReadAt reads through the shared io_uring reader when io_uring is available (see
 // uringReader: a read waiting for the disk then holds no Go P), with pread otherwise.
 func (f *osFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := ReadAtFd(f.fd, p, off)
+	if err != nil && err != errEOF {
+		err = fmt.Errorf("diskio: read %s at %d: %w", f.name, off+int64(n), err)
+	}
+	return n, err
+}
+
+// ReadAtFd is io.ReaderAt for a file descriptor (of any file, also one opened elsewhere, such
+// as the index's): it fills p from off, through the shared io_uring reader where io_uring is
+// available and with pread otherwise, and returns io.EOF if the file ends first.
+func ReadAtFd(fd int, p []byte, off int64) (int, error) {
 	r := readerFor()
 	n := 0
 	for n < len(p) {
@@ -190,16 +201,16 @@ func (f *osFile) ReadAt(p []byte, off int64) (int, error) {
 		var err error
 		ok := false
 		if r != nil {
-			m, err, ok = r.pread(f.fd, p[n:], off+int64(n))
+			m, err, ok = r.pread(fd, p[n:], off+int64(n))
 		}
 		if !ok {
-			m, err = unix.Pread(f.fd, p[n:], off+int64(n))
+			m, err = unix.Pread(fd, p[n:], off+int64(n))
 		}
 		if err == unix.EINTR || err == unix.EAGAIN {
 			continue
 		}
 		if err != nil {
-			return n, fmt.Errorf("diskio: read %s at %d: %w", f.name, off+int64(n), err)
+			return n, err
 		}
 		if m == 0 {
 			return n, errEOF
