@@ -361,3 +361,10 @@ func (c *Config) LoadFile(path string) (warnings []string, err error) {
 	}
 	return c.Apply(props)
 }
+
+// CacheBytes is the memory the bookie's configured caches may hold: the write cache, the
+// read-ahead cache and each ledger dir's index block cache.
+func (c *Config) CacheBytes() int64 {
+	return c.Engine.WriteCacheMaxSize + c.Engine.ReadAheadCacheMaxSize +
+		c.Engine.IndexBlockCacheSize*int64(len(c.Engine.LedgerDirs))
+}

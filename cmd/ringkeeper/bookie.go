@@ -77,6 +77,7 @@ An unknown key is a warning; a bad value is an error. SIGTERM or Ctrl-C shuts do
 			if err != nil {
 				return err
 			}
+			setMemoryLimit(cfg.CacheBytes(), log)
 			b, err := bookie.Start(cmd.Context(), cfg)
 			if err != nil {
 				return err
