@@ -132,10 +132,16 @@ func (r *uringReader) pread(fd int, p []byte, off int64) (n int, err error, ok b
 }
 
 // submit is the submitter goroutine: it prepares an SQE for each request that has queued up
-// and submits them together.
+// and submits them together. If a submission fails, the reads the kernel took still complete
+// normally; the others are told they were not submitted, and from then on nothing is submitted
+// again (an SQE left in the ring must never be submitted after its reader gave up on it).
 func (r *uringReader) submit() {
 	batch := make([]int, 0, len(r.slots))
 	for req := range r.requests {
+		if r.broken.Load() {
+			r.slots[req.slot].done <- notSubmitted
+			continue
+		}
 		batch = batch[:0]
 		for {
 			sqe := r.ring.GetSQE() // never nil: at most len(slots) reads are outstanding
@@ -147,9 +153,12 @@ func (r *uringReader) submit() {
 			}
 			req = <-r.requests
 		}
-		if _, err := r.ring.Submit(); err != nil || r.broken.Load() {
+		// Each Submit hands the kernel everything queued (it retries until it took it all or
+		// fails), so the kernel consumes a batch in order: the first n.
+		n, err := r.ring.Submit()
+		if err != nil {
 			r.broken.Store(true)
-			for _, i := range batch {
+			for _, i := range batch[min(n, len(batch)):] {
 				r.slots[i].done <- notSubmitted
 			}
 		}
