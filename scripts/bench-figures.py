@@ -98,7 +98,8 @@ if want("storage"):
     for _ in range(args.reps):
         run("storage-journal-throughput", JT + ["--engine", "io_uring"])
         run("storage-adds", ST)
-    run("storage-read-random", ST + ["--read", "random", "--read-outstanding", "32"])
+    for _ in range(args.reps):
+        run("storage-read-random", ST + ["--read", "random", "--read-outstanding", "32"])
     run("storage-read-sequential", ST + ["--read", "sequential"])
     gobench("writecache-allocs", "./engine/", "BenchmarkWriteCachePut", "1s", 1)
 
