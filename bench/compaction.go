@@ -129,7 +129,7 @@ func alternateCompaction(ctx context.Context, eng *engine.Engine, o StorageOptio
 			stopGC = runCompactions(eng)
 		}
 		ops, start := r.Ops(), time.Now()
-		sleepCtx(ctx, slice)
+		Sleep(ctx, slice)
 		if stopGC != nil {
 			stopGC()
 		}
@@ -156,7 +156,7 @@ func runCompactions(eng *engine.Engine) (stop func()) {
 			eng.RunGC(ctx, &engine.GCRequest{ForceMajor: true})
 			after := eng.GCStatus()
 			if after.CompactionReadBytes == before.CompactionReadBytes && after.RemovedLogs == before.RemovedLogs {
-				sleepCtx(ctx, 200*time.Millisecond)
+				Sleep(ctx, 200*time.Millisecond)
 			}
 		}
 	})

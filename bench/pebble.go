@@ -74,19 +74,9 @@ func RunPebbleBaseline(ctx context.Context, o JournalOptions) (*Result, error) {
 			}
 		})
 	}
-	if o.Warmup > 0 {
-		sleepCtx(ctx, o.Warmup)
-		rec.Restart()
-	}
-	stop := make(chan struct{})
-	var pw sync.WaitGroup
-	pw.Go(func() { rec.Progress(o.Progress, time.Second, stop) })
-	sleepCtx(ctx, o.Duration)
-	rec.Stop()
+	rec.Measure(ctx, o.Warmup, o.Duration, o.Progress)
 	cancel()
 	wg.Wait()
-	close(stop)
-	pw.Wait()
 	res := rec.Result("pebble-synced-commit", o.config())
 	return res, nil
 }

@@ -123,15 +123,9 @@ func RunRead(ctx context.Context, o ReadOptions) (*Result, error) {
 			}
 		})
 	}
-	stop := make(chan struct{})
-	var pw sync.WaitGroup
-	pw.Go(func() { rec.Progress(o.Progress, time.Second, stop) })
-	sleepCtx(ctx, o.Duration)
-	rec.Stop()
+	rec.Measure(ctx, 0, o.Duration, o.Progress)
 	cancel()
 	wg.Wait()
-	close(stop)
-	pw.Wait()
 	return rec.Result("read-"+o.Mode, o.config()), nil
 }
 

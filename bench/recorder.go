@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -165,6 +166,23 @@ func (r *Recorder) Progress(w io.Writer, every time.Duration, stop <-chan struct
 			}
 		}
 	}
+}
+
+// Measure is a workload's measured phase, while its workers run: an unmeasured warm-up (then
+// the recorder restarts), then duration with one progress line a second to w (nil: none), then
+// the end of the measurement. Stopping the workers is the caller's.
+func (r *Recorder) Measure(ctx context.Context, warmup, duration time.Duration, w io.Writer) {
+	if warmup > 0 {
+		Sleep(ctx, warmup)
+		r.Restart()
+	}
+	stop := make(chan struct{})
+	var pw sync.WaitGroup
+	pw.Go(func() { r.Progress(w, time.Second, stop) })
+	Sleep(ctx, duration)
+	r.Stop()
+	close(stop)
+	pw.Wait()
 }
 
 // Stop fixes the end of the measured period.

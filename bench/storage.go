@@ -257,7 +257,7 @@ func RunStorage(ctx context.Context, o StorageOptions) (adds, reads *Result, err
 		deleter.Go(func() { roller.deleteLoop(runCtx) })
 	}
 	if o.Warmup > 0 {
-		sleepCtx(ctx, o.Warmup)
+		Sleep(ctx, o.Warmup)
 		rec.Restart()
 	}
 	var baseline *Result
@@ -265,13 +265,7 @@ func RunStorage(ctx context.Context, o StorageOptions) (adds, reads *Result, err
 	if o.Compaction {
 		baseline, rec, gcBefore, gcAfter = alternateCompaction(ctx, eng, o, rec, &current)
 	} else {
-		stop := make(chan struct{})
-		var pw sync.WaitGroup
-		pw.Go(func() { rec.Progress(o.Progress, time.Second, stop) })
-		sleepCtx(ctx, o.Duration)
-		rec.Stop()
-		close(stop)
-		pw.Wait()
+		rec.Measure(ctx, 0, o.Duration, o.Progress)
 	}
 	cancel()
 	deleter.Wait()
@@ -352,15 +346,9 @@ func runStorageReads(ctx context.Context, o StorageOptions, eng *engine.Engine, 
 			}
 		})
 	}
-	stop := make(chan struct{})
-	var pw sync.WaitGroup
-	pw.Go(func() { rec.Progress(o.Progress, time.Second, stop) })
-	sleepCtx(ctx, o.ReadDuration)
-	rec.Stop()
+	rec.Measure(ctx, 0, o.ReadDuration, o.Progress)
 	cancel()
 	wg.Wait()
-	close(stop)
-	pw.Wait()
 	return rec.Result("read-"+o.Read, o.config()), nil
 }
 
@@ -380,7 +368,8 @@ func storageExtra(e *engine.Engine) map[string]float64 {
 	return extra
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) {
+// Sleep waits for d or until ctx is done.
+func Sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

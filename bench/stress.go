@@ -92,7 +92,7 @@ func RunStress(ctx context.Context, o StressOptions) (*Result, error) {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(7, 7))
 			for runCtx.Err() == nil {
-				sleepCtx(runCtx, o.KillEvery)
+				Sleep(runCtx, o.KillEvery)
 				if runCtx.Err() != nil {
 					return
 				}
@@ -104,7 +104,7 @@ func RunStress(ctx context.Context, o StressOptions) (*Result, error) {
 					fmt.Fprintf(o.progressOrDiscard(), "stopping bookie %d: %v\n", i, err)
 				}
 				ops.kills.Add(1)
-				sleepCtx(runCtx, time.Duration(200+rng.IntN(1000))*time.Millisecond)
+				Sleep(runCtx, time.Duration(200+rng.IntN(1000))*time.Millisecond)
 				for attempt := 0; attempt < 30; attempt++ {
 					sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 					err := t.cluster.StartBookie(sctx, i)
@@ -126,7 +126,7 @@ func RunStress(ctx context.Context, o StressOptions) (*Result, error) {
 				lh, err := t.client.CreateLedger(runCtx, client.CreateOptions{EnsembleSize: q[0], WriteQuorum: q[1], AckQuorum: q[2], Password: benchPassword})
 				if err != nil {
 					ops.failedOps.Add(1)
-					sleepCtx(runCtx, 100*time.Millisecond)
+					Sleep(runCtx, 100*time.Millisecond)
 					continue
 				}
 				ops.created.Add(1)
@@ -191,15 +191,9 @@ func RunStress(ctx context.Context, o StressOptions) (*Result, error) {
 			}
 		})
 	}
-	stop := make(chan struct{})
-	var pw sync.WaitGroup
-	pw.Go(func() { rec.Progress(o.Progress, time.Second, stop) })
-	sleepCtx(ctx, o.Duration)
-	rec.Stop()
+	rec.Measure(ctx, 0, o.Duration, o.Progress)
 	cancel()
 	wg.Wait()
-	close(stop)
-	pw.Wait()
 	if o.KillBookies {
 		for i := range t.cluster.Size() {
 			if t.cluster.Bookie(i) == nil {

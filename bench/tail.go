@@ -73,15 +73,9 @@ func RunTail(ctx context.Context, o TailOptions) (*Result, error) {
 			rate: o.Rate, duration: o.Duration, stamp: true,
 		}, writes)
 	})
-	stop := make(chan struct{})
-	var pw sync.WaitGroup
-	pw.Go(func() { rec.Progress(o.Progress, time.Second, stop) })
-	sleepCtx(ctx, o.Duration)
-	rec.Stop()
+	rec.Measure(ctx, 0, o.Duration, o.Progress)
 	cancel()
 	wg.Wait()
-	close(stop)
-	pw.Wait()
 	res := rec.Result("tail", o.config())
 	wr := writes.Result("write", nil)
 	res.Extra = map[string]float64{"append_p50_us": wr.LatencyUs.P50, "append_p99_us": wr.LatencyUs.P99, "appended": float64(wr.Ops)}
@@ -102,7 +96,7 @@ func tailLedger(ctx context.Context, lh *client.Ledger, o TailOptions, rec *Reco
 			continue
 		}
 		if lac < next {
-			sleepCtx(ctx, o.PollInterval)
+			Sleep(ctx, o.PollInterval)
 			continue
 		}
 		for e, err := range lh.Entries(ctx, next, lac) {

@@ -214,19 +214,9 @@ func runAppends(ctx context.Context, l appendLoad, rec *Recorder) (appendResult,
 			inner.Wait()
 		})
 	}
-	if l.warmup > 0 {
-		sleepCtx(ctx, l.warmup)
-		rec.Restart()
-	}
-	stop := make(chan struct{})
-	var pw sync.WaitGroup
-	pw.Go(func() { rec.Progress(l.progress, time.Second, stop) })
-	sleepCtx(ctx, l.duration)
-	rec.Stop()
+	rec.Measure(ctx, l.warmup, l.duration, l.progress)
 	cancel()
 	wg.Wait()
-	close(stop)
-	pw.Wait()
 	if res.appended == 0 && res.failed > 0 {
 		return res, errors.New("bench: every append failed")
 	}

@@ -277,20 +277,10 @@ func produce(ctx context.Context, w *dlog.Writer, o Options, rec *bench.Recorder
 			})
 		}
 	}()
-	if o.Warmup > 0 {
-		sleep(ctx, o.Warmup)
-		rec.Restart()
-	}
-	stop := make(chan struct{})
-	var pw sync.WaitGroup
-	pw.Go(func() { rec.Progress(o.Progress, time.Second, stop) })
-	sleep(ctx, o.Duration)
-	rec.Stop()
+	rec.Measure(ctx, o.Warmup, o.Duration, o.Progress)
 	cancel()
 	<-done
 	inflight.Wait()
-	close(stop)
-	pw.Wait()
 	if p := failed.Load(); p != nil && acked.Load() == 0 {
 		return 0, fmt.Errorf("bench: dlog: every write failed: %w", *p)
 	}
@@ -334,10 +324,10 @@ func runBaseline(ctx context.Context, cl *client.Client, o Options) (*bench.Resu
 		}
 	}()
 	if o.Warmup > 0 {
-		sleep(ctx, o.Warmup)
+		bench.Sleep(ctx, o.Warmup)
 		rec.Restart()
 	}
-	sleep(ctx, o.Duration)
+	bench.Sleep(ctx, o.Duration)
 	rec.Stop()
 	cancel()
 	<-done
@@ -405,7 +395,7 @@ func RunTail(ctx context.Context, o Options) (*bench.Result, error) {
 	written, err := produce(ctx, w, wo, writes, true)
 	rec.Stop()
 	// Let the readers catch up with the last records before stopping them.
-	sleep(ctx, 100*time.Millisecond+10*o.PollInterval)
+	bench.Sleep(ctx, 100*time.Millisecond+10*o.PollInterval)
 	stopReaders()
 	rw.Wait()
 	close(stop)
@@ -424,13 +414,4 @@ func RunTail(ctx context.Context, o Options) (*bench.Result, error) {
 	res.Extra = map[string]float64{"written": float64(written), "write_per_s": wr.OpsPerSec,
 		"ack_p50_us": wr.LatencyUs.P50, "ack_p99_us": wr.LatencyUs.P99}
 	return res, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }
