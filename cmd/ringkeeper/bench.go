@@ -51,6 +51,21 @@ func (o *output) progress() io.Writer {
 	return os.Stdout
 }
 
+// run is the body of a workload's command: progress goes to the right stream, the disk's limit
+// is measured in dir first (--physlimit), then the workload runs and its result is printed.
+func (o *output) run(ctx context.Context, dir string, progress *io.Writer, workload func(context.Context) (*bench.Result, error)) (*bench.Result, error) {
+	*progress = o.progress()
+	phys, err := o.measure(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	res, err := workload(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return res, o.result(res, phys)
+}
+
 // measure runs the disk-limit measurement on dir when --physlimit is set.
 func (o *output) measure(ctx context.Context, dir string) (map[string]bench.PhysLimitJob, error) {
 	if !o.physlimit {
@@ -104,26 +119,24 @@ MB means 10^6 bytes of entry payload.`,
 				return err
 			}
 			o.MaxFileSize = maxFileMB << 20
-			o.Progress = out.progress()
-			phys, err := out.measure(cmd.Context(), o.Dirs[0])
-			if err != nil {
-				return err
-			}
-			res, err := bench.RunJournal(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			switch baseline {
-			case "":
-			case "pebble":
-				fmt.Fprintln(out.progress(), "baseline: the same appends through pebble's synced batch commit")
-				if res.Baseline, err = bench.RunPebbleBaseline(cmd.Context(), o); err != nil {
-					return err
+			_, err = out.run(cmd.Context(), o.Dirs[0], &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+				res, err := bench.RunJournal(ctx, o)
+				if err != nil {
+					return nil, err
 				}
-			default:
-				return fmt.Errorf("--baseline %q: the only baseline is pebble", baseline)
-			}
-			return out.result(res, phys)
+				switch baseline {
+				case "":
+				case "pebble":
+					fmt.Fprintln(out.progress(), "baseline: the same appends through pebble's synced batch commit")
+					if res.Baseline, err = bench.RunPebbleBaseline(ctx, o); err != nil {
+						return nil, err
+					}
+				default:
+					return nil, fmt.Errorf("--baseline %q: the only baseline is pebble", baseline)
+				}
+				return res, nil
+			})
+			return err
 		},
 	}
 	f := cmd.Flags()

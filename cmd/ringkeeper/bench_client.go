@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 
@@ -18,6 +19,13 @@ func targetFlags(f *pflag.FlagSet, t *bench.Target) {
 	f.StringVar(&t.DataDir, "data-dir", "", "data directory of the --standalone cluster (default: a temporary one)")
 }
 
+// quorumFlags are a workload's ledger quorums: ensemble size, write and ack quorum.
+func quorumFlags(f *pflag.FlagSet, ensemble, writeQuorum, ackQuorum *int) {
+	f.IntVar(ensemble, "ensemble", *ensemble, "ensemble size")
+	f.IntVar(writeQuorum, "write-quorum", *writeQuorum, "write quorum")
+	f.IntVar(ackQuorum, "ack-quorum", *ackQuorum, "ack quorum")
+}
+
 func physlimitDir(t bench.Target) string {
 	if t.DataDir != "" {
 		return t.DataDir
@@ -32,23 +40,15 @@ func benchWriteCommand() *cobra.Command {
 		Use:   "write",
 		Short: "Clients append to ledgers over the network",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Progress = out.progress()
-			phys, err := out.measure(cmd.Context(), physlimitDir(o.Target))
-			if err != nil {
-				return err
-			}
-			res, err := bench.RunWrite(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			return out.result(res, phys)
+			_, err := out.run(cmd.Context(), physlimitDir(o.Target), &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+				return bench.RunWrite(ctx, o)
+			})
+			return err
 		},
 	}
 	f := cmd.Flags()
 	targetFlags(f, &o.Target)
-	f.IntVar(&o.Ensemble, "ensemble", o.Ensemble, "ensemble size")
-	f.IntVar(&o.WriteQuorum, "write-quorum", o.WriteQuorum, "write quorum")
-	f.IntVar(&o.AckQuorum, "ack-quorum", o.AckQuorum, "ack quorum")
+	quorumFlags(f, &o.Ensemble, &o.WriteQuorum, &o.AckQuorum)
 	f.IntVar(&o.EntrySize, "entry-size", o.EntrySize, "entry payload size in bytes")
 	f.IntVar(&o.Ledgers, "ledgers", o.Ledgers, "ledgers written (round-robin)")
 	f.IntVar(&o.Clients, "clients", o.Clients, "client instances, each with its own connection to every bookie (ledger i uses client i mod clients)")
@@ -68,16 +68,10 @@ func benchReadCommand() *cobra.Command {
 		Use:   "read",
 		Short: "Catch-up reads of ledgers written first (sequential or random)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Progress = out.progress()
-			phys, err := out.measure(cmd.Context(), physlimitDir(o.Target))
-			if err != nil {
-				return err
-			}
-			res, err := bench.RunRead(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			return out.result(res, phys)
+			_, err := out.run(cmd.Context(), physlimitDir(o.Target), &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+				return bench.RunRead(ctx, o)
+			})
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -85,9 +79,7 @@ func benchReadCommand() *cobra.Command {
 	f.StringVar(&o.Mode, "mode", o.Mode, "sequential or random")
 	f.IntVar(&o.Ledgers, "ledgers", o.Ledgers, "ledgers written first")
 	f.IntVar(&o.Entries, "entries", o.Entries, "entries per ledger")
-	f.IntVar(&o.Ensemble, "ensemble", o.Ensemble, "ensemble size")
-	f.IntVar(&o.WriteQuorum, "write-quorum", o.WriteQuorum, "write quorum")
-	f.IntVar(&o.AckQuorum, "ack-quorum", o.AckQuorum, "ack quorum")
+	quorumFlags(f, &o.Ensemble, &o.WriteQuorum, &o.AckQuorum)
 	f.IntVar(&o.EntrySize, "entry-size", o.EntrySize, "entry payload size in bytes")
 	f.IntVar(&o.Readers, "readers", o.Readers, "reader goroutines")
 	f.IntVar(&o.InFlight, "in-flight", o.InFlight, "entries each sequential reader reads at once")
@@ -104,23 +96,15 @@ func benchTailCommand() *cobra.Command {
 		Use:   "tail",
 		Short: "Readers follow writers; latency is from append to read",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Progress = out.progress()
-			phys, err := out.measure(cmd.Context(), physlimitDir(o.Target))
-			if err != nil {
-				return err
-			}
-			res, err := bench.RunTail(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			return out.result(res, phys)
+			_, err := out.run(cmd.Context(), physlimitDir(o.Target), &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+				return bench.RunTail(ctx, o)
+			})
+			return err
 		},
 	}
 	f := cmd.Flags()
 	targetFlags(f, &o.Target)
-	f.IntVar(&o.Ensemble, "ensemble", o.Ensemble, "ensemble size")
-	f.IntVar(&o.WriteQuorum, "write-quorum", o.WriteQuorum, "write quorum")
-	f.IntVar(&o.AckQuorum, "ack-quorum", o.AckQuorum, "ack quorum")
+	quorumFlags(f, &o.Ensemble, &o.WriteQuorum, &o.AckQuorum)
 	f.IntVar(&o.EntrySize, "entry-size", o.EntrySize, "entry payload size in bytes (at least 8)")
 	f.IntVar(&o.Ledgers, "ledgers", o.Ledgers, "ledgers, one writer and one tailing reader each")
 	f.IntVar(&o.InFlight, "in-flight", o.InFlight, "appends in flight per writer")
@@ -142,22 +126,13 @@ func benchStressCommand() *cobra.Command {
 acknowledged entry of every ledger that was not deleted is recovered and read back; any loss is an
 error and the command fails.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Progress = out.progress()
-			phys, err := out.measure(cmd.Context(), physlimitDir(o.Target))
-			if err != nil {
-				return err
+			res, err := out.run(cmd.Context(), physlimitDir(o.Target), &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+				return bench.RunStress(ctx, o)
+			})
+			if err == nil && res.Errors > 0 {
+				err = errStressLoss(res.Errors)
 			}
-			res, err := bench.RunStress(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			if err := out.result(res, phys); err != nil {
-				return err
-			}
-			if res.Errors > 0 {
-				return errStressLoss(res.Errors)
-			}
-			return nil
+			return err
 		},
 	}
 	f := cmd.Flags()

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/ringkeeper/ringkeeper/bench"
 	"github.com/ringkeeper/ringkeeper/dlog/dlogbench"
 )
 
@@ -20,9 +23,7 @@ func benchDlogCommand() *cobra.Command {
 // dlogFlags are the flags both dlog workloads take.
 func dlogFlags(f *pflag.FlagSet, o *dlogbench.Options) {
 	targetFlags(f, &o.Target)
-	f.IntVar(&o.Ensemble, "ensemble", o.Ensemble, "ensemble size of the log's segments")
-	f.IntVar(&o.WriteQuorum, "write-quorum", o.WriteQuorum, "write quorum")
-	f.IntVar(&o.AckQuorum, "ack-quorum", o.AckQuorum, "ack quorum")
+	quorumFlags(f, &o.Ensemble, &o.WriteQuorum, &o.AckQuorum)
 	f.IntVar(&o.RecordSize, "record-size", o.RecordSize, "record payload size in bytes")
 	f.IntVar(&o.Outstanding, "outstanding", o.Outstanding, "records written and not yet acknowledged")
 	f.IntVar(&o.InFlight, "in-flight", o.InFlight, "ledger entries in flight (the writer's MaxInFlightEntries; also the baseline's appends in flight)")
@@ -46,16 +47,10 @@ records unacknowledged (or at --rate), batched into entries of up to --buffer-si
 --in-flight entries in flight. With --baseline it first appends --record-size entries straight to a
 ledger with --in-flight appends in flight, on the same cluster, as the result's baseline.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Progress = out.progress()
-			phys, err := out.measure(cmd.Context(), physlimitDir(o.Target))
-			if err != nil {
-				return err
-			}
-			res, err := dlogbench.RunWrite(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			return out.result(res, phys)
+			_, err := out.run(cmd.Context(), physlimitDir(o.Target), &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+				return dlogbench.RunWrite(ctx, o)
+			})
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -72,16 +67,10 @@ func benchDlogTailCommand() *cobra.Command {
 		Use:   "tail",
 		Short: "Readers follow a log from its tail; latency is from write to read",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Progress = out.progress()
-			phys, err := out.measure(cmd.Context(), physlimitDir(o.Target))
-			if err != nil {
-				return err
-			}
-			res, err := dlogbench.RunTail(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			return out.result(res, phys)
+			_, err := out.run(cmd.Context(), physlimitDir(o.Target), &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+				return dlogbench.RunTail(ctx, o)
+			})
+			return err
 		},
 	}
 	f := cmd.Flags()
