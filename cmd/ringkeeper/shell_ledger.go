@@ -31,6 +31,20 @@ func (m *metadataFlag) client(ctx context.Context) (*client.Client, error) {
 	return client.New(ctx, cfg)
 }
 
+// withLedger parses the ledger id in arg, connects a client and runs fn with both.
+func (m *metadataFlag) withLedger(ctx context.Context, arg string, fn func(cl *client.Client, id int64) error) error {
+	id, err := strconv.ParseInt(arg, 10, 64)
+	if err != nil {
+		return fmt.Errorf("ledger id %q: %w", arg, err)
+	}
+	cl, err := m.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return fn(cl, id)
+}
+
 // shellLedgerCommand is `ringkeeper shell ledger create|append|read|list|close|delete|metadata`.
 func shellLedgerCommand() *cobra.Command {
 	var md metadataFlag
@@ -71,37 +85,30 @@ that continues after the ledger's last entry (it recovers the ledger's tail firs
 other writer).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := strconv.ParseInt(args[0], 10, 64)
-			if err != nil {
-				return fmt.Errorf("ledger id %q: %w", args[0], err)
-			}
-			cl, err := md.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			lh, err := cl.ReopenLedgerForWrite(cmd.Context(), id, []byte(password))
-			if err != nil {
-				return err
-			}
-			entries := args[1:]
-			if len(entries) == 0 {
-				sc := bufio.NewScanner(cmd.InOrStdin())
-				for sc.Scan() {
-					entries = append(entries, sc.Text())
-				}
-			}
-			for _, data := range entries {
-				eid, err := lh.Append(cmd.Context(), []byte(data))
+			return md.withLedger(cmd.Context(), args[0], func(cl *client.Client, id int64) error {
+				lh, err := cl.ReopenLedgerForWrite(cmd.Context(), id, []byte(password))
 				if err != nil {
 					return err
 				}
-				fmt.Printf("ledger %d entry %d\n", id, eid)
-			}
-			if closeAfter {
-				return lh.Close(cmd.Context())
-			}
-			return nil
+				entries := args[1:]
+				if len(entries) == 0 {
+					sc := bufio.NewScanner(cmd.InOrStdin())
+					for sc.Scan() {
+						entries = append(entries, sc.Text())
+					}
+				}
+				for _, data := range entries {
+					eid, err := lh.Append(cmd.Context(), []byte(data))
+					if err != nil {
+						return err
+					}
+					fmt.Printf("ledger %d entry %d\n", id, eid)
+				}
+				if closeAfter {
+					return lh.Close(cmd.Context())
+				}
+				return nil
+			})
 		},
 	}
 	appendCmd.Flags().BoolVar(&closeAfter, "close", false, "close the ledger afterwards")
@@ -113,36 +120,29 @@ other writer).`,
 		Short: "Print entries of a ledger (closed, or up to its last add confirmed)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := strconv.ParseInt(args[0], 10, 64)
-			if err != nil {
-				return fmt.Errorf("ledger id %q: %w", args[0], err)
-			}
-			cl, err := md.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			lh, err := cl.OpenLedger(cmd.Context(), id, []byte(password), recover)
-			if err != nil {
-				return err
-			}
-			end := last
-			if end < 0 {
-				if end, err = lh.ReadLastAddConfirmed(cmd.Context()); err != nil {
-					return err
-				}
-			}
-			if end < first {
-				fmt.Fprintf(os.Stderr, "ledger %d has no entries from %d (last confirmed %d)\n", id, first, end)
-				return nil
-			}
-			for e, err := range lh.Entries(cmd.Context(), first, end) {
+			return md.withLedger(cmd.Context(), args[0], func(cl *client.Client, id int64) error {
+				lh, err := cl.OpenLedger(cmd.Context(), id, []byte(password), recover)
 				if err != nil {
 					return err
 				}
-				fmt.Printf("%d\t%s\n", e.EntryID, printable(e.Payload))
-			}
-			return nil
+				end := last
+				if end < 0 {
+					if end, err = lh.ReadLastAddConfirmed(cmd.Context()); err != nil {
+						return err
+					}
+				}
+				if end < first {
+					fmt.Fprintf(os.Stderr, "ledger %d has no entries from %d (last confirmed %d)\n", id, first, end)
+					return nil
+				}
+				for e, err := range lh.Entries(cmd.Context(), first, end) {
+					if err != nil {
+						return err
+					}
+					fmt.Printf("%d\t%s\n", e.EntryID, printable(e.Payload))
+				}
+				return nil
+			})
 		},
 	}
 	read.Flags().Int64Var(&first, "first", 0, "first entry")
@@ -167,21 +167,14 @@ other writer).`,
 		Short: "Recover and close a ledger",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := strconv.ParseInt(args[0], 10, 64)
-			if err != nil {
-				return err
-			}
-			cl, err := md.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			lh, err := cl.OpenLedger(cmd.Context(), id, []byte(password), true)
-			if err != nil {
-				return err
-			}
-			fmt.Printf("ledger %d closed at entry %d\n", id, lh.LastAddConfirmed())
-			return nil
+			return md.withLedger(cmd.Context(), args[0], func(cl *client.Client, id int64) error {
+				lh, err := cl.OpenLedger(cmd.Context(), id, []byte(password), true)
+				if err != nil {
+					return err
+				}
+				fmt.Printf("ledger %d closed at entry %d\n", id, lh.LastAddConfirmed())
+				return nil
+			})
 		},
 	}
 	del := &cobra.Command{
@@ -189,16 +182,9 @@ other writer).`,
 		Short: "Delete a ledger (bookies reclaim the space at their next garbage collection)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := strconv.ParseInt(args[0], 10, 64)
-			if err != nil {
-				return err
-			}
-			cl, err := md.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			return cl.DeleteLedger(cmd.Context(), id)
+			return md.withLedger(cmd.Context(), args[0], func(cl *client.Client, id int64) error {
+				return cl.DeleteLedger(cmd.Context(), id)
+			})
 		},
 	}
 	cmd.AddCommand(create, appendCmd, read, list, closeCmd, del)
