@@ -7,22 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringkeeper/ringkeeper/bookie"
+	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
 )
 
-// smallBookies keeps standalone bookies small for tests.
-func smallBookies(_ int, cfg *bookie.Config) {
-	cfg.Engine.WriteCacheMaxSize = 16 << 20
-	cfg.Engine.ReadAheadCacheMaxSize = 4 << 20
-	cfg.Engine.IndexBlockCacheSize = 4 << 20
-	cfg.Engine.Journal.MaxFileSize = 32 << 20
-	cfg.Engine.EntryLogSizeLimit = 64 << 20
-	cfg.RegistrationTTL = 2 * time.Second
-	cfg.Server.NumEventLoops = 1
-}
-
 func standalone(t *testing.T, bookies int) Target {
-	return Target{Standalone: true, Bookies: bookies, DataDir: t.TempDir(), Bookie: smallBookies}
+	return Target{Standalone: true, Bookies: bookies, DataDir: t.TempDir(), Bookie: clustertest.SmallBookie}
 }
 
 func TestWriteWorkload(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
 	"github.com/ringkeeper/ringkeeper/metadata"
 )
 
@@ -54,7 +55,7 @@ func checkEntries(t *testing.T, lh *Ledger, last int64) {
 }
 
 func TestWriteCloseOpenReadAtEveryQuorum(t *testing.T) {
-	c := startCluster(t, 5)
+	c := clustertest.Start(t, 5)
 	cl := newClient(t, c, nil)
 	ctx := context.Background()
 	for _, q := range [][3]int{{1, 1, 1}, {3, 3, 2}, {3, 2, 2}, {5, 3, 2}} {
@@ -93,7 +94,7 @@ func TestWriteCloseOpenReadAtEveryQuorum(t *testing.T) {
 }
 
 func TestPipelinedAsyncAppendsCompleteInOrder(t *testing.T) {
-	c := startCluster(t, 3)
+	c := clustertest.Start(t, 3)
 	cl := newClient(t, c, nil)
 	lh, err := cl.CreateLedger(context.Background(), CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
 	if err != nil {
@@ -123,7 +124,7 @@ func TestPipelinedAsyncAppendsCompleteInOrder(t *testing.T) {
 }
 
 func TestBookieStoppedDuringWritesChangesEnsemble(t *testing.T) {
-	c := startCluster(t, 4)
+	c := clustertest.Start(t, 4)
 	cl := newClient(t, c, nil)
 	ctx := context.Background()
 	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
@@ -188,7 +189,7 @@ func containsStr(s []string, x string) bool {
 // keeps writing. The first gets fenced errors; the closed ledger holds every entry the first
 // had acknowledged and nothing past its last entry.
 func TestSecondWriterFencesFirst(t *testing.T) {
-	c := startCluster(t, 3)
+	c := clustertest.Start(t, 3)
 	w1 := newClient(t, c, nil)
 	w2 := newClient(t, c, nil)
 	ctx := context.Background()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
 	"github.com/ringkeeper/ringkeeper/metadata"
 )
 
@@ -17,7 +18,7 @@ import (
 // them and the late add is refused: the writer never gets an acknowledgement for an entry past
 // the close point.
 func TestLostFenceMessage(t *testing.T) {
-	c := startCluster(t, 3)
+	c := clustertest.Start(t, 3)
 	ctx := context.Background()
 	var w1conns sync.Map
 	w1 := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
@@ -101,7 +102,7 @@ func TestLostFenceMessage(t *testing.T) {
 // must start from the fragment's first entry − 1, not from −1, close at the last entry of the
 // previous fragment and leave the ensembles valid.
 func TestRecoveryFromLACMinusOneInANewFragment(t *testing.T) {
-	c := startCluster(t, 4)
+	c := clustertest.Start(t, 4)
 	ctx := context.Background()
 	cl := newClient(t, c, nil)
 	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 2, WriteQuorum: 2, AckQuorum: 2, Password: password})
@@ -140,7 +141,7 @@ func TestRecoveryFromLACMinusOneInANewFragment(t *testing.T) {
 // TestRecoveryWithABookieDown recovers while one bookie of the ensemble is down, then again
 // after it is back; concurrent recoverers agree on the end.
 func TestRecoveryWithABookieDownAndConcurrentRecoverers(t *testing.T) {
-	c := startCluster(t, 3)
+	c := clustertest.Start(t, 3)
 	ctx := context.Background()
 	w := newClient(t, c, nil)
 	lh, err := w.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
@@ -193,7 +194,7 @@ func TestRecoveryWithABookieDownAndConcurrentRecoverers(t *testing.T) {
 // TestCorruptReplica: one replica returns damaged bytes. Reads succeed from another replica,
 // and recovery does not truncate (a digest mismatch never counts as missing).
 func TestCorruptReplica(t *testing.T) {
-	c := startCluster(t, 3)
+	c := clustertest.Start(t, 3)
 	ctx := context.Background()
 	w := newClient(t, c, nil)
 	lh, err := w.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})

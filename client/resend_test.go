@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
 	"github.com/ringkeeper/ringkeeper/metadata"
 	"github.com/ringkeeper/ringkeeper/net/protocol"
 	"github.com/ringkeeper/ringkeeper/net/transport"
@@ -50,7 +51,7 @@ func resendPayload(entryID int64) []byte { return bytes.Repeat([]byte{byte(entry
 // is still sent to the replacement bookie, and that send must happen before its callback, which
 // lets the application reuse the buffer.
 func TestEnsembleChangeResendsBeforeCallbacks(t *testing.T) {
-	c := startCluster(t, 4)
+	c := clustertest.Start(t, 4)
 	var mu sync.Mutex
 	failing := map[string]*atomic.Bool{}
 	cl := newClient(t, c, func(addr string, conn bookieConn) bookieConn {

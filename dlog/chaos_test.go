@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
 )
 
 // TestChaosBookieRestarts writes to a log while bookies are stopped and restarted underneath
@@ -17,7 +19,7 @@ import (
 // application would. A tailing reader follows throughout. No acknowledged record may be lost,
 // and both the tailing reader and a reader from the head see one ordered sequence.
 func TestChaosBookieRestarts(t *testing.T) {
-	c := startCluster(t, 5)
+	c := clustertest.Start(t, 5)
 	cl := newClient(t, c)
 	cfg := testConfig()
 	cfg.MaxLogSegmentBytes = 128 << 10

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringkeeper/ringkeeper/bookie"
 	"github.com/ringkeeper/ringkeeper/client"
 	"github.com/ringkeeper/ringkeeper/cluster"
 )
@@ -22,29 +21,6 @@ func TestMain(m *testing.M) {
 		slog.SetDefault(slog.New(slog.DiscardHandler))
 	}
 	os.Exit(m.Run())
-}
-
-// startCluster starts n small bookies and etcd in this process.
-func startCluster(t testing.TB, n int) *cluster.Cluster {
-	t.Helper()
-	c, err := cluster.Start(context.Background(), cluster.Config{
-		DataDir: t.TempDir(), Bookies: n, UnsafeNoFsync: true,
-		Bookie: func(_ int, cfg *bookie.Config) {
-			cfg.Engine.WriteCacheMaxSize = 16 << 20
-			cfg.Engine.ReadAheadCacheMaxSize = 4 << 20
-			cfg.Engine.IndexBlockCacheSize = 4 << 20
-			cfg.Engine.Journal.MaxFileSize = 32 << 20
-			cfg.Engine.EntryLogSizeLimit = 64 << 20
-			cfg.RegistrationTTL = 2 * time.Second
-			cfg.Server.NumEventLoops = 1
-			cfg.Server.NumReadWorkerThreads = 2
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(context.Background()) })
-	return c
 }
 
 // newClient opens a ledger client on the cluster with short timeouts.

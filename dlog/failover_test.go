@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
 	"github.com/ringkeeper/ringkeeper/metadata"
 )
 
@@ -178,7 +179,7 @@ func TestWriterFailover(t *testing.T) {
 }
 
 func testWriterFailover(t *testing.T, ignoreLock bool) {
-	c := startCluster(t, 3)
+	c := clustertest.Start(t, 3)
 	cl1, cl2 := newClient(t, c), newClient(t, c)
 	cfg := testConfig()
 	cfg.MaxLogSegmentBytes = 64 << 10

@@ -6,10 +6,12 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
 )
 
 func TestNamespaceLogs(t *testing.T) {
-	c := startCluster(t, 3)
+	c := clustertest.Start(t, 3)
 	cl := newClient(t, c)
 	ns := newNamespace(t, cl, testConfig())
 	ctx := ctxFor(t, 30*time.Second)
@@ -76,7 +78,7 @@ func TestNamespaceLogs(t *testing.T) {
 }
 
 func TestWriterRules(t *testing.T) {
-	c := startCluster(t, 3)
+	c := clustertest.Start(t, 3)
 	cl := newClient(t, c)
 	ns := newNamespace(t, cl, testConfig())
 	ctx := ctxFor(t, 30*time.Second)
@@ -151,7 +153,7 @@ func TestWriterRules(t *testing.T) {
 // TestWriteReadAcrossRolls writes 100k records through several segment rolls, then reads them
 // back from the head, from a DLSN in the middle, by transaction id, and at the tail.
 func TestWriteReadAcrossRolls(t *testing.T) {
-	c := startCluster(t, 3)
+	c := clustertest.Start(t, 3)
 	cl := newClient(t, c)
 	cfg := testConfig()
 	cfg.MaxLogSegmentBytes = 1 << 20
@@ -260,7 +262,7 @@ func TestWriteReadAcrossRolls(t *testing.T) {
 // TestRollByAgeAndImmediateFlush: a segment older than the rolling interval is rolled at the
 // next write; with ImmediateFlush every record is its own entry.
 func TestRollByAgeAndImmediateFlush(t *testing.T) {
-	c := startCluster(t, 3)
+	c := clustertest.Start(t, 3)
 	cl := newClient(t, c)
 	cfg := testConfig()
 	cfg.LogSegmentRollingInterval = 100 * time.Millisecond

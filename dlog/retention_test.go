@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/client"
+	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
 )
 
 // TestTruncateAndRetention truncates in the middle of a log: the segments wholly before the
@@ -13,7 +14,7 @@ import (
 // before it. Then retention by age deletes the expired segments and moves the truncation point
 // past them.
 func TestTruncateAndRetention(t *testing.T) {
-	c := startCluster(t, 3)
+	c := clustertest.Start(t, 3)
 	cl := newClient(t, c)
 	cfg := testConfig()
 	cfg.MaxLogSegmentBytes = 16 << 10

@@ -5,13 +5,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
 )
 
 // TestTailingReaderLatency: a reader at the tail sees each record within the poll interval
 // (plus a few round trips) of its acknowledgement, records written one at a time with pauses,
 // so that each one waits for a control entry and a poll.
 func TestTailingReaderLatency(t *testing.T) {
-	c := startCluster(t, 3)
+	c := clustertest.Start(t, 3)
 	cl := newClient(t, c)
 	cfg := testConfig()
 	const interval = 50 * time.Millisecond

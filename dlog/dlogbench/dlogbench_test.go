@@ -9,23 +9,12 @@ import (
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/bench"
-	"github.com/ringkeeper/ringkeeper/bookie"
+	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
 )
 
 func TestMain(m *testing.M) {
 	slog.SetDefault(slog.New(slog.DiscardHandler))
 	os.Exit(m.Run())
-}
-
-// small makes the standalone bookies light for tests.
-func small(_ int, cfg *bookie.Config) {
-	cfg.Engine.WriteCacheMaxSize = 16 << 20
-	cfg.Engine.ReadAheadCacheMaxSize = 4 << 20
-	cfg.Engine.IndexBlockCacheSize = 4 << 20
-	cfg.Engine.Journal.MaxFileSize = 32 << 20
-	cfg.Engine.EntryLogSizeLimit = 64 << 20
-	cfg.Server.NumEventLoops = 1
-	cfg.Server.NumReadWorkerThreads = 2
 }
 
 // checkShape checks a result has the shared JSON shape, some operations and no error.
@@ -55,7 +44,7 @@ func checkShape(t *testing.T, res *bench.Result, workload string) {
 
 func TestWriteWorkload(t *testing.T) {
 	o := DefaultWriteOptions()
-	o.Standalone, o.DataDir, o.Bookie = true, t.TempDir(), small
+	o.Standalone, o.DataDir, o.Bookie = true, t.TempDir(), clustertest.SmallBookie
 	o.Duration = time.Second
 	o.MaxSegmentBytes = 1 << 20 // rolls during the run
 	o.Baseline = true
@@ -75,7 +64,7 @@ func TestWriteWorkload(t *testing.T) {
 
 func TestTailWorkload(t *testing.T) {
 	o := DefaultTailOptions()
-	o.Standalone, o.DataDir, o.Bookie = true, t.TempDir(), small
+	o.Standalone, o.DataDir, o.Bookie = true, t.TempDir(), clustertest.SmallBookie
 	o.Duration = time.Second
 	o.Rate = 2000
 	o.Readers = 2
