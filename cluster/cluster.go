@@ -64,9 +64,10 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		cfg.Logger = slog.Default()
 	}
 	c = &Cluster{cfg: cfg}
+	started := c // the error returns below set c to nil
 	defer func() {
 		if err != nil {
-			c.Close(context.Background())
+			started.Close(context.Background())
 		}
 	}()
 	c.etcd, err = embedded.Start(ctx, embedded.Config{
