@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -95,7 +96,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		case cfg.HTTPBasePort < 0:
 			bc.PrometheusStatsHTTPPort = -1
 		}
-		dir := filepath.Join(cfg.DataDir, "bookie-"+strconv.Itoa(i))
+		dir := c.bookieDir(i)
 		bc.Engine.JournalDirs = []string{filepath.Join(dir, "journal")}
 		bc.Engine.LedgerDirs = []string{filepath.Join(dir, "ledgers")}
 		// Several bookies share one machine's disk: files of a production size (journal 2 GiB,
@@ -114,13 +115,63 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	errs := make([]error, cfg.Bookies)
 	var wg sync.WaitGroup
 	for i := range cfg.Bookies {
-		wg.Go(func() { errs[i] = c.StartBookie(ctx, i) })
+		wg.Go(func() { errs[i] = c.startNew(ctx, i) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// startNew starts bookie i for the first time. A port picked by freePort can be taken by
+// another process before the bookie binds it; the bookie, new and empty, then starts again
+// from an empty directory on another port (its id is its address, so the old directory's
+// cookie would not match).
+func (c *Cluster) startNew(ctx context.Context, i int) error {
+	for attempt := 1; ; attempt++ {
+		err := c.StartBookie(ctx, i)
+		if err == nil || c.cfg.BasePort != 0 || attempt == 3 {
+			return err
+		}
+		c.mu.Lock()
+		cfg := &c.configs[i]
+		c.mu.Unlock()
+		if portFree(cfg.BookiePort) {
+			return err // not a lost port
+		}
+		port, perr := freePort()
+		if perr != nil {
+			return errors.Join(err, perr)
+		}
+		dir := c.bookieDir(i)
+		for _, d := range append(cfg.Engine.JournalDirs[:1:1], cfg.Engine.LedgerDirs...) {
+			if filepath.Dir(d) != dir {
+				return err // the bookie's config put its data elsewhere: not ours to remove
+			}
+		}
+		if rerr := os.RemoveAll(dir); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		c.mu.Lock()
+		cfg.BookiePort = port
+		c.mu.Unlock()
+		c.cfg.Logger.Warn("bookie port taken before it could bind; starting on another", "bookie", i, "err", err)
+	}
+}
+
+func (c *Cluster) bookieDir(i int) string {
+	return filepath.Join(c.cfg.DataDir, "bookie-"+strconv.Itoa(i))
+}
+
+// portFree reports whether port can be listened on now.
+func portFree(port int) bool {
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	ln.Close()
+	return true
 }
 
 func freePort() (int, error) {
