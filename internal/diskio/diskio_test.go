@@ -193,37 +193,37 @@ func TestOSDirectRoundTripAndWriteSyncer(t *testing.T) {
 			t.Fatal(err)
 		}
 		const n = 64
-		outstanding := 0
+		// Completions come in any order, so a buffer is reused only after the completion of
+		// the request that last used it; at most 2 requests are outstanding.
+		pending := map[uint64]bool{}
+		reap := func() {
+			c := <-ws.Completions()
+			if c.Err != nil {
+				t.Fatal(c.Err)
+			}
+			if !pending[c.ID] {
+				t.Fatalf("%v: completion for %d, which is not outstanding", engine, c.ID)
+			}
+			delete(pending, c.ID)
+		}
 		for i := range n {
+			for i >= 2 && pending[uint64(i-2)] {
+				reap()
+			}
+			if len(pending) > ws.Depth() {
+				t.Fatalf("%d outstanding, depth %d", len(pending), ws.Depth())
+			}
 			buf := slab.Buffer(i % 2)[:align*4]
 			for j := range buf {
 				buf[j] = byte(i)
 			}
-			if outstanding == ws.Depth() {
-				c := <-ws.Completions()
-				if c.Err != nil {
-					t.Fatal(c.Err)
-				}
-				outstanding--
-			}
-			// buffers alternate, and at most 2 are outstanding, so a buffer is reused only
-			// after its completion.
+			pending[uint64(i)] = true
 			if err := ws.Submit(WriteRequest{File: f, Buf: buf, BufIndex: i % 2, Offset: int64(i * len(buf)), Sync: SyncMode(1 + i%2), ID: uint64(i)}); err != nil {
 				t.Fatal(err)
 			}
-			outstanding++
-			if outstanding == 2 {
-				c := <-ws.Completions()
-				if c.Err != nil {
-					t.Fatal(c.Err)
-				}
-				outstanding--
-			}
 		}
-		for ; outstanding > 0; outstanding-- {
-			if c := <-ws.Completions(); c.Err != nil {
-				t.Fatal(c.Err)
-			}
+		for len(pending) > 0 {
+			reap()
 		}
 		if err := ws.Close(); err != nil {
 			t.Fatal(err)
