@@ -129,7 +129,7 @@ func DefaultConfig(dir string) Config {
 		PipelineDepth:           2,
 		ReuseFiles:              true,
 		MaxRecycled:             4,
-		Prealloc:                PreallocFallocate,
+		Prealloc:                PreallocZero,
 	}
 }
 

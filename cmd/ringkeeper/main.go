@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"runtime/pprof"
+	"runtime/trace"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -22,19 +23,34 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	var cpuProfile string
+	var cpuProfile, traceFile string
 	root.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this file")
+	root.PersistentFlags().StringVar(&traceFile, "trace", "", "write a runtime execution trace to this file (go tool trace)")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
-		if cpuProfile == "" {
-			return nil
+		if cpuProfile != "" {
+			f, err := os.Create(cpuProfile)
+			if err != nil {
+				return err
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
 		}
-		f, err := os.Create(cpuProfile)
-		if err != nil {
-			return err
+		if traceFile != "" {
+			f, err := os.Create(traceFile)
+			if err != nil {
+				return err
+			}
+			if err := trace.Start(f); err != nil {
+				return err
+			}
 		}
-		return pprof.StartCPUProfile(f)
+		return nil
 	}
-	root.PersistentPostRun = func(*cobra.Command, []string) { pprof.StopCPUProfile() }
+	root.PersistentPostRun = func(*cobra.Command, []string) {
+		pprof.StopCPUProfile()
+		trace.Stop()
+	}
 	root.AddCommand(benchCommand(), bookieCommand(), shellCommand(), standaloneCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "ringkeeper:", err)
