@@ -13,9 +13,11 @@
 //
 // Durable appends go through a WriteSyncer: "write this buffer at this offset, then fdatasync",
 // with several such pairs in flight so that one group's write overlaps the previous group's sync.
-// The io_uring engine submits each pair as two linked SQEs (write_fixed → fdatasync); the psync
-// engine runs pwrite+fdatasync pairs on a small pool of goroutines. Completions are reported in
-// any order and carry the caller's id; callers that need order (the journal) re-order them.
+// The io_uring engine submits each pair from the caller's goroutine as two linked SQEs
+// (write_fixed → fdatasync), or one write with RWF_DSYNC, and a completer goroutine parked in
+// the netpoller on the ring's eventfd reaps them; the psync engine runs pwrite+fdatasync pairs
+// on a small pool of goroutines. Completions are reported in any order and carry the caller's
+// id; callers that need order (the journal) re-order them.
 //
 // Reads (File.ReadAt of OS files) go through one io_uring shared by the process wherever io_uring
 // is available, pread otherwise: a submitter goroutine batches the reads that queued up into one
