@@ -46,6 +46,11 @@ type StorageOptions struct {
 	Read            string
 	ReadOutstanding int
 	ReadDuration    time.Duration
+	// IndexCacheSize is the index's block cache (dbStorage_rocksDB_blockCacheSize).
+	IndexCacheSize int64
+	// ColdIndex keeps the reopened index cold for the reads (indexWarmOnStart=false); by
+	// default the reads start once the engine has warmed it.
+	ColdIndex bool
 	// Compaction runs the adds twice in one run, Duration each: first without garbage
 	// collection, then with major compaction running continuously (at CompactionRate), and
 	// reports both (the first as the result's Baseline). In both phases ledgers roll over every
@@ -71,6 +76,7 @@ func DefaultStorageOptions() StorageOptions {
 		Duration: 10 * time.Second, Sync: true, GroupWait: jo.GroupWait, GroupBytes: jo.GroupBytes,
 		PipelineDepth: jo.PipelineDepth, MaxFileSize: 512 << 20, WriteCacheSize: ec.WriteCacheMaxSize,
 		FlushInterval: ec.FlushInterval, ReadOutstanding: 32, ReadDuration: 10 * time.Second,
+		IndexCacheSize: ec.IndexBlockCacheSize,
 		CompactionRate: ec.GC.RateBytes, CompactionSlices: 2, LedgerEntries: 5000, DeleteFraction: 0.5,
 	}
 }
@@ -83,6 +89,7 @@ func (o StorageOptions) config() map[string]any {
 		"group_bytes": o.GroupBytes, "pipeline_depth": o.PipelineDepth, "engine": o.Engine.String(),
 		"max_file_size": o.MaxFileSize, "write_cache_size": o.WriteCacheSize, "flush_interval_s": o.FlushInterval.Seconds(),
 		"read": o.Read, "read_outstanding": o.ReadOutstanding, "read_duration_s": o.ReadDuration.Seconds(),
+		"index_cache_size": o.IndexCacheSize, "cold_index": o.ColdIndex,
 		"compaction": o.Compaction, "compaction_rate": o.CompactionRate, "compaction_slices": o.CompactionSlices,
 		"entry_log_size": o.EntryLogSize,
 		"ledger_entries": o.LedgerEntries, "delete_fraction": o.DeleteFraction,
@@ -163,6 +170,7 @@ func RunStorage(ctx context.Context, o StorageOptions) (adds, reads *Result, err
 	cfg.Journal.MaxRecordSize = max(o.EntrySize+64, 4096)
 	cfg.WriteCacheMaxSize = o.WriteCacheSize
 	cfg.FlushInterval = o.FlushInterval
+	cfg.IndexBlockCacheSize = o.IndexCacheSize
 	cfg.BookieID = "bench:0"
 	cfg.InstanceID = "bench"
 	cfg.Logger = quietLogger()
@@ -289,7 +297,8 @@ func RunStorage(ctx context.Context, o StorageOptions) (adds, reads *Result, err
 	}
 
 	// Cold reads: flush everything to entry logs, then reopen the engine so that no cache
-	// holds anything (entry logs are read with O_DIRECT: no page cache either).
+	// holds any entry (entry logs are read with O_DIRECT: no page cache either). The index is
+	// warmed on open, as a restarted bookie's is, unless ColdIndex.
 	counts := make([]int64, o.Ledgers)
 	for l := range counts {
 		counts[l] = next[l].Load()
@@ -297,10 +306,16 @@ func RunStorage(ctx context.Context, o StorageOptions) (adds, reads *Result, err
 	if err := eng.Close(); err != nil {
 		return adds, nil, err
 	}
+	cfg.WarmIndex = !o.ColdIndex
 	if eng, err = engine.Open(cfg); err != nil {
 		return adds, nil, err
 	}
 	defer eng.Close()
+	select {
+	case <-eng.IndexesWarmed():
+	case <-ctx.Done():
+		return adds, nil, nil
+	}
 	reads, err = runStorageReads(ctx, o, eng, counts)
 	return adds, reads, err
 }

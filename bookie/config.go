@@ -259,6 +259,7 @@ var Keys = map[string]setter{
 	"dbStorage_readAheadCacheBatchSize": intKey(func(c *Config) *int { return &c.Engine.ReadAheadBatchSize }),
 	"dbStorage_maxThrottleTimeMs":       durationKey(func(c *Config) *time.Duration { return &c.Engine.MaxThrottleTime }, time.Millisecond),
 	"dbStorage_rocksDB_blockCacheSize":  int64Key(func(c *Config) *int64 { return &c.Engine.IndexBlockCacheSize }, 1),
+	"indexWarmOnStart":                  boolKey(func(c *Config) *bool { return &c.Engine.WarmIndex }),
 	"flushInterval":                     durationKey(func(c *Config) *time.Duration { return &c.Engine.FlushInterval }, time.Millisecond),
 	"logSizeLimit":                      int64Key(func(c *Config) *int64 { return &c.Engine.EntryLogSizeLimit }, 1),
 	"serverNumIOThreads":                intKey(func(c *Config) *int { return &c.Server.NumEventLoops }),

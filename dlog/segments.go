@@ -140,7 +140,7 @@ func (w *Writer) startSegment(ctx context.Context, seq int64) (*segWriter, error
 		Custom: map[string][]byte{"dlog.log": []byte(w.log.name), "dlog.segment": []byte(strconv.FormatInt(seq, 10))},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("dlog: log %s: start segment %d: %w", w.log.name, seq, err)
+		return nil, w.metaErr(fmt.Sprintf("start segment %d", seq), err)
 	}
 	now := time.Now()
 	s := &segWriter{
@@ -207,11 +207,24 @@ func (w *Writer) commitSegment(ctx context.Context, s *Segment, update func(*log
 	return nil
 }
 
+// metaErr wraps a metadata failure. It is ErrLockLost when the lock is lost, or when the
+// metadata client was closed under the writer (its lock's session with it), since the lock
+// can fire Lost after the operation that failed.
 func (w *Writer) metaErr(what string, err error) error {
-	if errors.Is(err, metadata.ErrLockLost) {
+	if errors.Is(err, metadata.ErrLockLost) || (!w.ignoreLockLoss && (errors.Is(err, metadata.ErrClosed) || w.lockLost())) {
 		return fmt.Errorf("%w: log %s: %s: %w", ErrLockLost, w.log.name, what, err)
 	}
 	return fmt.Errorf("dlog: log %s: %s: %w", w.log.name, what, err)
+}
+
+// lockLost reports whether the writer's lock has been lost already.
+func (w *Writer) lockLost() bool {
+	select {
+	case <-w.lock.Lost():
+		return true
+	default:
+		return false
+	}
 }
 
 // roll completes the current segment and starts the next (owner goroutine, nothing in

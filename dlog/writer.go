@@ -365,8 +365,13 @@ func (w *Writer) setErrLocked(err error) {
 	w.cond.Broadcast()
 }
 
-// ledgerErr turns an add or close error of segment seq into the writer's error.
+// ledgerErr turns an add or close error of segment seq into the writer's error: ErrLockLost
+// once the lock is lost (another writer may have fenced the segment since), else ErrFenced for
+// a fenced ledger.
 func (w *Writer) ledgerErr(seq int64, err error) error {
+	if !w.ignoreLockLoss && (errors.Is(err, metadata.ErrClosed) || w.lockLost()) {
+		return fmt.Errorf("%w: log %s, segment %d: %w", ErrLockLost, w.log.name, seq, err)
+	}
 	if errors.Is(err, client.ErrLedgerFenced) {
 		return fmt.Errorf("%w: log %s, segment %d: %w", ErrFenced, w.log.name, seq, err)
 	}

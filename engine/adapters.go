@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 
 	"github.com/ringkeeper/ringkeeper/entrylog"
@@ -47,6 +48,8 @@ func (p pebbleIndex) Ledgers(fn func(int64, ledgerState) bool) error {
 }
 
 func (p pebbleIndex) NewBatch() indexBatch { return pebbleBatch{p.ix.NewBatch()} }
+
+func (p pebbleIndex) Warm(ctx context.Context) (int64, error) { return p.ix.Warm(ctx) }
 
 func (p pebbleIndex) Close() error { return p.ix.Close() }
 

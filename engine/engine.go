@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -40,7 +41,9 @@ type Engine struct {
 	checkpointKick chan struct{}
 	closing        chan struct{}
 	checkpointDone chan struct{}
-	closeOnce      sync.Once
+	// warmDone is closed when the index warm-up goroutine has finished.
+	warmDone  chan struct{}
+	closeOnce sync.Once
 
 	addOps sync.Pool
 
@@ -199,8 +202,43 @@ func Open(cfg Config) (*Engine, error) {
 	e.gc = newGC(e)
 	go e.runCheckpoints()
 	go e.gc.runLoop()
+	e.warmDone = make(chan struct{})
+	go e.warmIndexes()
 	return e, nil
 }
+
+// warmIndexes warms every ledger dir's index (WarmIndex), one after the other, stopping at
+// Close. A failure only costs speed: it is logged.
+func (e *Engine) warmIndexes() {
+	defer close(e.warmDone)
+	if !e.cfg.WarmIndex {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-e.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for _, d := range e.dirs {
+		start := time.Now()
+		n, err := d.idx.Warm(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			e.log.Warn("index warm-up failed", "dir", d.path, "err", err)
+		case n > 0:
+			e.log.Info("index warmed", "dir", d.path, "bytes", n, "took", time.Since(start))
+		}
+	}
+}
+
+// IndexesWarmed is closed once the index warm-up after Open has finished (or was skipped).
+func (e *Engine) IndexesWarmed() <-chan struct{} { return e.warmDone }
 
 func (e *Engine) openDirs() error {
 	n := len(e.cfg.LedgerDirs)
@@ -682,6 +720,7 @@ func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		close(e.closing)
 		e.gc.stop() // interrupts a compaction in progress
+		<-e.warmDone
 		<-e.checkpointDone
 		jerr := e.journals.Close()
 		var cerr error

@@ -1,5 +1,7 @@
 package engine
 
+import "context"
+
 // entryLog is what the engine needs from one ledger dir's entry logs (package entrylog). Add
 // and Flush are called under the dir's flushMu only (by the checkpoint's flush or by
 // compaction); Read and ReadAhead by any goroutine, for locations whose Flush has returned. The
@@ -40,6 +42,8 @@ type locationIndex interface {
 	LastEntry(ledgerID int64) (entryID int64, found bool, err error)
 	Ledgers(fn func(id int64, st ledgerState) bool) error
 	NewBatch() indexBatch
+	// Warm loads the index into its cache if it fits (see index.Index.Warm); bytes read.
+	Warm(ctx context.Context) (int64, error)
 	Close() error
 }
 

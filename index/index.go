@@ -2,6 +2,7 @@ package index
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -341,4 +342,34 @@ func wrapPebble(err error) error {
 		return fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	return err
+}
+
+// Warm reads the whole store once, so that its blocks are in the block cache, if its sstables
+// take at most half the cache (a larger index would only evict itself; its hot part warms on
+// demand). It returns the bytes of sstables read, 0 if it did not warm. A reopened index is
+// cold: without this, the first look-up of each block is a disk read ahead of the entry's own
+// read, which halves cold random reads (BENCHMARKS.md). It stops early when ctx is done.
+func (ix *Index) Warm(ctx context.Context) (int64, error) {
+	if !ix.enter() {
+		return 0, ErrClosed
+	}
+	defer ix.exit()
+	size := ix.db.Metrics().Total().TablesSize
+	if size == 0 || size > ix.cfg.BlockCacheSize/2 {
+		return 0, nil
+	}
+	it, err := ix.db.NewIterWithContext(ctx, &pebble.IterOptions{})
+	if err != nil {
+		return 0, wrapPebble(err)
+	}
+	n := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		if n++; n%4096 == 0 && ctx.Err() != nil {
+			break
+		}
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return 0, fmt.Errorf("index: warm %s: %w", ix.cfg.Dir, wrapPebble(err))
+	}
+	return size, ctx.Err()
 }

@@ -2,6 +2,7 @@ package index
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"math"
@@ -558,4 +559,64 @@ func FuzzDecodeLedgerState(f *testing.F) {
 			t.Fatalf("re-encoding %x gave %x, %v", v, again, err)
 		}
 	})
+}
+
+// TestWarmFillsTheBlockCache: after a reopen, Warm reads an index that fits in half the cache,
+// so that look-ups then miss the cache no more; an index larger than half the cache is left
+// cold.
+func TestWarmFillsTheBlockCache(t *testing.T) {
+	dir := t.TempDir()
+	ix := openDir(t, dir)
+	const ledgers, perLedger = 20, 2000
+	b := ix.NewBatch()
+	for l := range int64(ledgers) {
+		for e := range int64(perLedger) {
+			b.PutLocation(l, e, loc(l, e))
+		}
+	}
+	commit(t, b, true)
+	if err := ix.db.Flush(); err != nil { // into sstables, so the reopened index reads them
+		t.Fatal(err)
+	}
+	if err := ix.Close(); err != nil {
+		t.Fatal(err)
+	}
+	misses := func(ix *Index) int64 { return ix.db.Metrics().BlockCache.Misses }
+	lookUpAll := func(ix *Index) {
+		for l := range int64(ledgers) {
+			for e := int64(0); e < perLedger; e += 97 {
+				if got, err := ix.Location(l, e); err != nil || got != loc(l, e) {
+					t.Fatalf("Location(%d, %d) = %#x, %v", l, e, got, err)
+				}
+			}
+		}
+	}
+
+	ix = openDir(t, dir) // 8 MiB cache: the index (under 1 MiB) fits in half
+	n, err := ix.Warm(context.Background())
+	if err != nil || n <= 0 {
+		t.Fatalf("Warm = %d, %v; want the index's size", n, err)
+	}
+	before := misses(ix)
+	lookUpAll(ix)
+	if m := misses(ix) - before; m != 0 {
+		t.Fatalf("%d block cache misses after warming", m)
+	}
+	ix.Close()
+
+	cfg := DefaultConfig(dir)
+	cfg.BlockCacheSize = 2 * (n - 1) // the index is more than half of it
+	small, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	if n, err := small.Warm(context.Background()); err != nil || n != 0 {
+		t.Fatalf("Warm with a small cache = %d, %v; want 0, nil", n, err)
+	}
+	before = misses(small)
+	lookUpAll(small)
+	if misses(small) == before {
+		t.Fatal("a cold index served every look-up from the cache")
+	}
 }

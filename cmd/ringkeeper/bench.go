@@ -167,14 +167,16 @@ func benchStorageCommand() *cobra.Command {
 	o := bench.DefaultStorageOptions()
 	var out output
 	var engine string
-	var maxFileMB, cacheMB, entryLogMB int64
+	var maxFileMB, cacheMB, indexCacheMB, entryLogMB int64
 	cmd := &cobra.Command{
 		Use:   "storage",
 		Short: "Adds through the whole storage engine (journal, write cache, checkpoints), then cold reads",
 		Long: `Adds entries through the storage engine with journal, write cache and checkpoints running
 (entries flushed to entry logs and the index), with the same flags as bench journal. With --read,
-it then closes and reopens the engine, so that no cache holds anything, and reads entries back from
-the entry logs (O_DIRECT) with --read-outstanding reads in flight.
+it then closes and reopens the engine, so that no cache holds an entry, and reads entries back from
+the entry logs (O_DIRECT) with --read-outstanding reads in flight. The reads start once the engine
+has warmed the index into its block cache (indexWarmOnStart; only an index that takes at most half
+of --index-cache-mb is warmed); --cold-index keeps it cold too.
 
 With --compaction, the adds run twice in the same run, --duration each: first without garbage
 collection, then with major compaction running back to back at --compaction-rate. In both phases
@@ -189,6 +191,7 @@ compaction rate (MB/s copied and read) and the space reclaimed.`,
 			}
 			o.MaxFileSize = maxFileMB << 20
 			o.WriteCacheSize = cacheMB << 20
+			o.IndexCacheSize = indexCacheMB << 20
 			o.EntryLogSize = entryLogMB << 20
 			o.Progress = out.progress()
 			phys, err := out.measure(cmd.Context(), o.LedgerDirs[0])
@@ -234,9 +237,11 @@ compaction rate (MB/s copied and read) and the space reclaimed.`,
 	f.StringVar(&engine, "engine", "auto", "I/O engine: auto, io_uring or psync")
 	f.Int64Var(&maxFileMB, "max-file-mb", o.MaxFileSize>>20, "journalMaxSizeMB")
 	f.Int64Var(&cacheMB, "write-cache-mb", o.WriteCacheSize>>20, "dbStorage_writeCacheMaxSizeMb")
+	f.Int64Var(&indexCacheMB, "index-cache-mb", o.IndexCacheSize>>20, "dbStorage_rocksDB_blockCacheSize in MiB")
 	f.DurationVar(&o.FlushInterval, "flush-interval", o.FlushInterval, "flushInterval (checkpoint period)")
 	f.StringVar(&o.Read, "read", "", "after the adds, cold reads: random or sequential")
 	f.IntVar(&o.ReadOutstanding, "read-outstanding", o.ReadOutstanding, "reads in flight")
+	f.BoolVar(&o.ColdIndex, "cold-index", false, "keep the reopened index cold for the reads (by default they start once it is warmed)")
 	f.DurationVar(&o.ReadDuration, "read-duration", o.ReadDuration, "measured duration of the reads")
 	f.BoolVar(&o.Compaction, "compaction", false, "run the adds without, then with major compaction running (see above)")
 	f.Int64Var(&o.CompactionRate, "compaction-rate", o.CompactionRate, "compactionRateByBytes: bytes/s compaction may read, and write (0 = unlimited)")
