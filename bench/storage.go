@@ -317,6 +317,9 @@ func RunStorage(ctx context.Context, o StorageOptions) (adds, reads *Result, err
 		return adds, nil, nil
 	}
 	reads, err = runStorageReads(ctx, o, eng, counts)
+	if reads != nil {
+		reads.Extra = map[string]float64{"index_warmed_mb": float64(eng.Stats().IndexWarmedBytes) / 1e6}
+	}
 	return adds, reads, err
 }
 

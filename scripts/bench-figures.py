@@ -52,6 +52,25 @@ def run(name, argv):
     return res
 
 
+def separate_bookie(name, data_dir, bench_argv):
+    """Runs bench_argv (a `bench write` without --standalone) against a one-bookie
+    `standalone` in its own process, so that the load generator's goroutines do not queue in
+    the bookie's Go scheduler (they still share the machine's cores)."""
+    sa = subprocess.Popen([args.binary, "standalone", "--bookies", "1", "--data-dir", data_dir,
+                           "--http-port", "0", "--metadata-port", "23790", "--port", "23181"],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = sa.stdout.readline()
+        if "ready" not in line:
+            print(f"standalone did not start: {line!r}", file=sys.stderr)
+            return None
+        return run(name, bench_argv + ["--metadata", "etcd://127.0.0.1:23790/ledgers"])
+    finally:
+        sa.send_signal(2)
+        sa.wait(timeout=60)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
 def physlimit(tag):
     cmd = [PHYSLIMIT, "--dir", args.dir, "--json"]
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
@@ -126,6 +145,14 @@ if want("server"):
             "--ensemble", "1", "--write-quorum", "1", "--ack-quorum", "1", "--clients", "64", "--ledgers", "64",
             "--writers", "64", "--in-flight", "64", "--duration", "10s", "--warmup", "3s", "--rate", f"{half:.0f}"])
         run("server-storage-half-load", ST64 + ["--rate", f"{half:.0f}"])
+    # The same two runs with the bookie in a process of its own.
+    SEP = ["bench", "write", "--ensemble", "1", "--write-quorum", "1", "--ack-quorum", "1", "--clients", "64",
+           "--ledgers", "64", "--writers", "64", "--in-flight", "64", "--duration", "10s", "--warmup", "3s"]
+    w = separate_bookie("server-separate-64conns", f"{D}/sep", SEP)
+    if w is not None:
+        half = w["ops_per_sec"] / 2
+        separate_bookie("server-separate-64conns-half-load", f"{D}/seph", SEP + ["--rate", f"{half:.0f}"])
+        run("server-separate-storage-half-load", ST64 + ["--rate", f"{half:.0f}"])
     gobench("server-raw-codec", "./net/server/", "BenchmarkAddLoopback", "3s", 3)
 
 if want("client"):

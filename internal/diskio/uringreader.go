@@ -18,19 +18,26 @@ import (
 // behind one another: on 2 cores, 32 random reads in flight ran at a quarter of the disk's
 // random-read rate with pread, and most of it with more Ps than cores.
 //
-// A reader takes a slot (the slots bound reads in flight), hands its request to the submitter
-// goroutine, which owns the ring's submission side and submits whatever requests have queued
-// up with one io_uring_enter (on a VM each submission is an exit to the host: batching them
-// matters), and waits on the slot. The completer goroutine sleeps in the netpoller on an
-// eventfd that the ring signals for every completion, drains the CQ and wakes each slot's
-// reader. Ring and goroutines live as long as the process (one for all files; see
-// sharedReader).
+// A reader takes a slot (the slots bound reads in flight), queues its request and, unless
+// another reader is submitting already, becomes the submitter: it submits whatever requests
+// have queued up with one io_uring_enter (on a VM each submission is an exit to the host:
+// batching them matters) until none is left, then waits on its slot. No goroutine sits between
+// a reader and the ring (a hand-off to a submitter goroutine cost a wake-up per read). The
+// completer goroutine sleeps in the netpoller on an eventfd that the ring signals for every
+// completion, drains the CQ and wakes each slot's reader. Ring and completer live as long as
+// the process (one for all files; see sharedReader).
 type uringReader struct {
-	ring     *iouring.Ring
-	efd      *os.File // non-blocking eventfd, registered with the ring: pollable
-	slots    []readSlot
-	free     chan int     // free slot indices
-	requests chan readReq // to the submitter; never more than len(slots)
+	ring  *iouring.Ring
+	efd   *os.File // non-blocking eventfd, registered with the ring: pollable
+	slots []readSlot
+	free  chan int // free slot indices
+
+	// mu guards queued, spare and submitting: the requests waiting for a submitter, and
+	// whether a reader is submitting (it alone touches the ring's submission side).
+	mu         sync.Mutex
+	queued     []readReq
+	spare      []readReq
+	submitting bool
 	// broken is set when a submission fails: its SQEs may still be queued, so the ring is not
 	// trusted again and reads fall back to pread.
 	broken atomic.Bool
@@ -97,17 +104,17 @@ func newURingReader(slots int) (*uringReader, error) {
 		return nil, err
 	}
 	r := &uringReader{
-		ring:     ring,
-		efd:      os.NewFile(uintptr(efd), "io_uring-read-eventfd"), // non-blocking: the netpoller waits on it
-		slots:    make([]readSlot, slots),
-		free:     make(chan int, slots),
-		requests: make(chan readReq, slots),
+		ring:   ring,
+		efd:    os.NewFile(uintptr(efd), "io_uring-read-eventfd"), // non-blocking: the netpoller waits on it
+		slots:  make([]readSlot, slots),
+		free:   make(chan int, slots),
+		queued: make([]readReq, 0, slots),
+		spare:  make([]readReq, 0, slots),
 	}
 	for i := range r.slots {
 		r.slots[i].done = make(chan int32, 1)
 		r.free <- i
 	}
-	go r.submit()
 	go r.complete()
 	return r, nil
 }
@@ -118,7 +125,7 @@ func (r *uringReader) pread(fd int, p []byte, off int64) (n int, err error, ok b
 	i := <-r.free
 	s := &r.slots[i]
 	s.buf = p
-	r.requests <- readReq{fd: fd, p: p, off: off, slot: i}
+	r.enqueue(readReq{fd: fd, p: p, off: off, slot: i})
 	res := <-s.done
 	s.buf = nil
 	if res == notSubmitted {
@@ -131,36 +138,51 @@ func (r *uringReader) pread(fd int, p []byte, off int64) (n int, err error, ok b
 	return int(res), nil, true
 }
 
-// submit is the submitter goroutine: it prepares an SQE for each request that has queued up
-// and submits them together. If a submission fails, the reads the kernel took still complete
-// normally; the others are told they were not submitted, and from then on nothing is submitted
-// again (an SQE left in the ring must never be submitted after its reader gave up on it).
-func (r *uringReader) submit() {
-	batch := make([]int, 0, len(r.slots))
-	for req := range r.requests {
-		if r.broken.Load() {
+// enqueue queues req and, if no reader is submitting, submits everything queued until the
+// queue is empty (requests queued meanwhile by other readers included).
+func (r *uringReader) enqueue(req readReq) {
+	r.mu.Lock()
+	r.queued = append(r.queued, req)
+	if r.submitting {
+		r.mu.Unlock()
+		return
+	}
+	r.submitting = true
+	for len(r.queued) > 0 {
+		batch := r.queued
+		r.queued, r.spare = r.spare, nil
+		r.mu.Unlock()
+		r.submit(batch)
+		r.mu.Lock()
+		r.spare = batch[:0]
+	}
+	r.submitting = false
+	r.mu.Unlock()
+}
+
+// submit prepares an SQE for each request of batch and submits them together; one reader at
+// a time calls it. If a submission fails, the reads the kernel took still complete normally;
+// the others are told they were not submitted, and from then on nothing is submitted again
+// (an SQE left in the ring must never be submitted after its reader gave up on it).
+func (r *uringReader) submit(batch []readReq) {
+	if r.broken.Load() {
+		for _, req := range batch {
 			r.slots[req.slot].done <- notSubmitted
-			continue
 		}
-		batch = batch[:0]
-		for {
-			sqe := r.ring.GetSQE() // never nil: at most len(slots) reads are outstanding
-			sqe.PrepRead(req.fd, req.p, req.off)
-			sqe.SetUserData(uint64(req.slot))
-			batch = append(batch, req.slot)
-			if len(r.requests) == 0 {
-				break
-			}
-			req = <-r.requests
-		}
-		// Each Submit hands the kernel everything queued (it retries until it took it all or
-		// fails), so the kernel consumes a batch in order: the first n.
-		n, err := r.ring.Submit()
-		if err != nil {
-			r.broken.Store(true)
-			for _, i := range batch[min(n, len(batch)):] {
-				r.slots[i].done <- notSubmitted
-			}
+		return
+	}
+	for _, req := range batch {
+		sqe := r.ring.GetSQE() // never nil: at most len(slots) reads are outstanding
+		sqe.PrepRead(req.fd, req.p, req.off)
+		sqe.SetUserData(uint64(req.slot))
+	}
+	// Each Submit hands the kernel everything queued (it retries until it took it all or
+	// fails), so the kernel consumes a batch in order: the first n.
+	n, err := r.ring.Submit()
+	if err != nil {
+		r.broken.Store(true)
+		for _, req := range batch[min(n, len(batch)):] {
+			r.slots[req.slot].done <- notSubmitted
 		}
 	}
 }
