@@ -6,14 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ringkeeper/ringkeeper/engine"
 	"github.com/ringkeeper/ringkeeper/internal/diskio"
+	"github.com/ringkeeper/ringkeeper/journal"
 )
 
 // StorageOptions configures the storage workload: adds through the whole engine (journal,
@@ -37,6 +42,8 @@ type StorageOptions struct {
 	PipelineDepth int
 	Engine        diskio.Engine
 	MaxFileSize   int64
+	// Prealloc is journalPreallocMode.
+	Prealloc journal.PreallocMode
 	// Engine settings.
 	WriteCacheSize int64
 	FlushInterval  time.Duration
@@ -76,7 +83,7 @@ func DefaultStorageOptions() StorageOptions {
 		Duration: 10 * time.Second, Sync: true, GroupWait: jo.GroupWait, GroupBytes: jo.GroupBytes,
 		PipelineDepth: jo.PipelineDepth, MaxFileSize: 512 << 20, WriteCacheSize: ec.WriteCacheMaxSize,
 		FlushInterval: ec.FlushInterval, ReadOutstanding: 32, ReadDuration: 10 * time.Second,
-		IndexCacheSize: ec.IndexBlockCacheSize,
+		IndexCacheSize: ec.IndexBlockCacheSize, Prealloc: ec.Journal.Prealloc,
 		CompactionRate: ec.GC.RateBytes, CompactionSlices: 2, LedgerEntries: 5000, DeleteFraction: 0.5,
 	}
 }
@@ -89,7 +96,7 @@ func (o StorageOptions) config() map[string]any {
 		"group_bytes": o.GroupBytes, "pipeline_depth": o.PipelineDepth, "engine": o.Engine.String(),
 		"max_file_size": o.MaxFileSize, "write_cache_size": o.WriteCacheSize, "flush_interval_s": o.FlushInterval.Seconds(),
 		"read": o.Read, "read_outstanding": o.ReadOutstanding, "read_duration_s": o.ReadDuration.Seconds(),
-		"index_cache_size": o.IndexCacheSize, "cold_index": o.ColdIndex,
+		"index_cache_size": o.IndexCacheSize, "cold_index": o.ColdIndex, "prealloc": o.Prealloc.String(),
 		"compaction": o.Compaction, "compaction_rate": o.CompactionRate, "compaction_slices": o.CompactionSlices,
 		"entry_log_size": o.EntryLogSize,
 		"ledger_entries": o.LedgerEntries, "delete_fraction": o.DeleteFraction,
@@ -167,6 +174,7 @@ func RunStorage(ctx context.Context, o StorageOptions) (adds, reads *Result, err
 	cfg.Journal.BufferedWritesThreshold = o.GroupBytes
 	cfg.Journal.PipelineDepth = o.PipelineDepth
 	cfg.Journal.MaxFileSize = o.MaxFileSize
+	cfg.Journal.Prealloc = o.Prealloc
 	cfg.Journal.MaxRecordSize = max(o.EntrySize+64, 4096)
 	cfg.WriteCacheMaxSize = o.WriteCacheSize
 	cfg.FlushInterval = o.FlushInterval
@@ -306,6 +314,13 @@ func RunStorage(ctx context.Context, o StorageOptions) (adds, reads *Result, err
 	if err := eng.Close(); err != nil {
 		return adds, nil, err
 	}
+	// The index's files were just written through the page cache: drop them from it, so that
+	// a cold index is read from the disk.
+	for _, dir := range ldirs {
+		if err := dropFromPageCache(dir); err != nil {
+			return adds, nil, err
+		}
+	}
 	cfg.WarmIndex = !o.ColdIndex
 	if eng, err = engine.Open(cfg); err != nil {
 		return adds, nil, err
@@ -384,6 +399,25 @@ func storageExtra(e *engine.Engine) map[string]float64 {
 		extra["flush_mb_per_sec"] = float64(s.FlushedBytes) / s.FlushSeconds / 1e6
 	}
 	return extra
+}
+
+// dropFromPageCache asks the kernel to drop the cached pages of every file under dir
+// (posix_fadvise DONTNEED; the files were synced, so their pages are clean).
+func dropFromPageCache(dir string) error {
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+			return fmt.Errorf("bench: drop %s from the page cache: %w", path, err)
+		}
+		return nil
+	})
 }
 
 // Sleep waits for d or until ctx is done.

@@ -166,7 +166,7 @@ MB means 10^6 bytes of entry payload.`,
 func benchStorageCommand() *cobra.Command {
 	o := bench.DefaultStorageOptions()
 	var out output
-	var engine string
+	var engine, prealloc string
 	var maxFileMB, cacheMB, indexCacheMB, entryLogMB int64
 	cmd := &cobra.Command{
 		Use:   "storage",
@@ -187,6 +187,9 @@ compaction rate (MB/s copied and read) and the space reclaimed.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if o.Engine, err = diskio.ParseEngine(engine); err != nil {
+				return err
+			}
+			if o.Prealloc, err = journal.ParsePreallocMode(prealloc); err != nil {
 				return err
 			}
 			o.MaxFileSize = maxFileMB << 20
@@ -234,6 +237,7 @@ compaction rate (MB/s copied and read) and the space reclaimed.`,
 	f.DurationVar(&o.GroupWait, "group-wait", o.GroupWait, "journalMaxGroupWaitMSec")
 	f.IntVar(&o.GroupBytes, "group-bytes", o.GroupBytes, "journalBufferedWritesThreshold")
 	f.IntVar(&o.PipelineDepth, "pipeline-depth", o.PipelineDepth, "journal groups written and synced at once")
+	f.StringVar(&prealloc, "prealloc", o.Prealloc.String(), "journalPreallocMode: zero, fallocate or none")
 	f.StringVar(&engine, "engine", "auto", "I/O engine: auto, io_uring or psync")
 	f.Int64Var(&maxFileMB, "max-file-mb", o.MaxFileSize>>20, "journalMaxSizeMB")
 	f.Int64Var(&cacheMB, "write-cache-mb", o.WriteCacheSize>>20, "dbStorage_writeCacheMaxSizeMb")
