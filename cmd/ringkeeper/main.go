@@ -4,6 +4,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -27,25 +28,10 @@ func main() {
 	root.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this file")
 	root.PersistentFlags().StringVar(&traceFile, "trace", "", "write a runtime execution trace to this file (go tool trace)")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
-		if cpuProfile != "" {
-			f, err := os.Create(cpuProfile)
-			if err != nil {
-				return err
-			}
-			if err := pprof.StartCPUProfile(f); err != nil {
-				return err
-			}
+		if err := startProfile(cpuProfile, pprof.StartCPUProfile); err != nil {
+			return err
 		}
-		if traceFile != "" {
-			f, err := os.Create(traceFile)
-			if err != nil {
-				return err
-			}
-			if err := trace.Start(f); err != nil {
-				return err
-			}
-		}
-		return nil
+		return startProfile(traceFile, trace.Start)
 	}
 	root.PersistentPostRun = func(*cobra.Command, []string) {
 		pprof.StopCPUProfile()
@@ -56,6 +42,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, "ringkeeper:", err)
 		os.Exit(1)
 	}
+}
+
+// startProfile creates path and starts a profile writing to it; nothing if path is empty.
+func startProfile(path string, start func(io.Writer) error) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	return start(f)
 }
 
 // memoryHeadroom is what the process may use beyond its configured caches: connections,
