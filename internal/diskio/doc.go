@@ -20,10 +20,11 @@
 // id; callers that need order (the journal) re-order them.
 //
 // Reads (File.ReadAt of OS files) go through one io_uring shared by the process wherever io_uring
-// is available, pread otherwise: a submitter goroutine batches the reads that queued up into one
-// io_uring_enter, and a completer goroutine parked in the netpoller on an eventfd wakes each
-// reader. A blocking pread would hold its goroutine's P until the scheduler noticed, which with
-// few cores serialises concurrent cold reads (see uringreader.go and BENCHMARKS.md).
+// is available, pread otherwise: the reader that finds no other reader submitting submits every
+// read queued so far with one io_uring_enter, and a completer goroutine parked in the netpoller
+// on an eventfd wakes each reader. A blocking pread would hold its goroutine's P until the
+// scheduler noticed, which with few cores serialises concurrent cold reads (see uringreader.go
+// and BENCHMARKS.md).
 //
 // Engines: "io_uring" requires a working io_uring (it can be disabled by seccomp or
 // kernel.io_uring_disabled); "psync" always works; "auto" picks io_uring when it is available.
