@@ -36,9 +36,12 @@
 //
 // Active half → half being flushed → read cache → index → entry log. An entry-log read reads
 // ahead along the same ledger (dbStorage_readAheadCacheBatchSize entries) into the read cache, a
-// ring of segments (dbStorage_readAheadCacheMaxSizeMb). Entry -1 means the last entry. Damage
+// ring of segments (dbStorage_readAheadCacheMaxSizeMb); a read that does not follow the
+// previous read of its ledger reads just its entry. Entry -1 means the last entry. Damage
 // (a bad checksum, an index location holding another entry, an index error) is ErrIO, never
-// ErrNoEntry.
+// ErrNoEntry. After Open, each index that takes at most half its block cache is read into the
+// cache in the background (indexWarmOnStart), so that a restarted bookie's reads cost one disk
+// read, not two.
 //
 // # Checkpoint (the order is the contract)
 //
