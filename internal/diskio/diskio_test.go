@@ -311,3 +311,73 @@ func TestOSConcurrentReadsThroughRing(t *testing.T) {
 		t.Fatal("io_uring is available but reads did not use it")
 	}
 }
+
+// TestURingWriteSyncerFailedWrite: a write the kernel fails (here O_DIRECT from a misaligned
+// buffer) is reported once, with its own error, whether or not an fdatasync was linked to it
+// (the linked sync is cancelled and must not produce a second completion); the syncer keeps
+// serving the requests after it, and Close returns with nothing in flight.
+func TestURingWriteSyncerFailedWrite(t *testing.T) {
+	if err := IOUringAvailable(); err != nil {
+		t.Skipf("io_uring unavailable: %v", err)
+	}
+	fs := NewOS()
+	dir := t.TempDir()
+	align := fs.Alignment(dir)
+	f, err := fs.Create(filepath.Join(dir, "f"), Options{Direct: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	slab, err := NewSlab(4*align, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slab.Close()
+	ws, err := NewWriteSyncer(EngineIOUring, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := slab.Buffer(0)[:align]
+	bad := slab.Buffer(0)[1 : 1+align] // misaligned: EINVAL with O_DIRECT
+	reqs := []WriteRequest{
+		{File: f, Buf: bad, BufIndex: -1, Offset: 0, Sync: SyncFile, ID: 1},
+		{File: f, Buf: bad, BufIndex: -1, Offset: 0, Sync: SyncWrite, ID: 2},
+		{File: f, Buf: good, BufIndex: -1, Offset: 0, Sync: SyncFile, ID: 3},
+	}
+	for _, req := range reqs {
+		if err := ws.Submit(req); err != nil {
+			t.Fatal(err)
+		}
+		c := <-ws.Completions()
+		if c.ID != req.ID {
+			t.Fatalf("completion for %d, want %d", c.ID, req.ID)
+		}
+		if wantErr := req.ID != 3; (c.Err != nil) != wantErr || (wantErr && !errors.Is(c.Err, unix.EINVAL)) {
+			t.Fatalf("request %d: completion error %v", req.ID, c.Err)
+		}
+		select {
+		case extra := <-ws.Completions():
+			t.Fatalf("a second completion after request %d: %+v", req.ID, extra)
+		default:
+		}
+	}
+	if err := ws.Submit(reqs[2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.Close(); err != nil { // with the last request still in flight
+		t.Fatal(err)
+	}
+	n := 0
+	for c := range ws.Completions() {
+		if c.Err != nil || c.ID != 3 {
+			t.Fatalf("after Close: %+v", c)
+		}
+		n++
+	}
+	if n != 1 {
+		t.Fatalf("%d completions for the request in flight at Close, want 1", n)
+	}
+	if err := ws.Submit(reqs[2]); err == nil {
+		t.Fatal("Submit after Close succeeded")
+	}
+}
