@@ -20,7 +20,9 @@ const (
 	PreallocFallocate PreallocMode = iota
 	// PreallocZero writes zeros over the whole file (off the hot path, when the file is
 	// prepared), so the extents are written and a commit's fdatasync only flushes data. It costs
-	// a second write of every byte.
+	// a second write of every byte of a new file (recycled files are not written again). The
+	// first file of a session, which the journal waits for, is fallocated and zero-filled over
+	// its first 256 MiB only.
 	PreallocZero
 	// PreallocNone lets the file grow as it is written: every commit extends the file size.
 	PreallocNone

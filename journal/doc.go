@@ -68,7 +68,8 @@
 // extents, which on ext4 costs a metadata journal commit per sync: a lone 4 KiB commit took
 // 280-310 µs into fallocated space and 190 µs into written space (BENCHMARKS.md). Zero-filling
 // costs one extra write of each new file, off the hot path; once checkpoints let old files go,
-// files are recycled and each byte is written once.
+// files are recycled and each byte is written once. The first file of a writer session is
+// prepared while Open waits, so only its first 256 MiB are zero-filled (the rest fallocated).
 //
 // # Replay and torn tails
 //

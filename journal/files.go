@@ -152,7 +152,7 @@ func (m *fileManager) prepare(id, reuse uint64, sessionStart bool) (*journalFile
 		if f, err = cfg.FS.Create(path, diskio.Options{Direct: true}); err != nil {
 			return nil, err
 		}
-		if err = m.preallocate(f); err != nil {
+		if err = m.preallocate(f, sessionStart); err != nil {
 			f.Close()
 			return nil, err
 		}
@@ -185,14 +185,27 @@ func (m *fileManager) prepare(id, reuse uint64, sessionStart bool) (*journalFile
 	return &journalFile{id: id, f: f, dataStart: int64(cfg.Alignment), salt: fileSalt(id)}, nil
 }
 
-func (m *fileManager) preallocate(f diskio.File) error {
+// firstFileZeroFill bounds the zero-filling of a session's first file, which Open waits for:
+// the rest of that file is fallocated (its commits pay for unwritten extents), so that a
+// bookie with 2 GiB journal files (the default) does not write 2 GiB before it starts. A
+// variable so that tests can lower it.
+var firstFileZeroFill int64 = 256 << 20
+
+func (m *fileManager) preallocate(f diskio.File, sessionStart bool) error {
 	switch m.cfg.Prealloc {
 	case PreallocFallocate:
 		return f.Allocate(0, m.cfg.MaxFileSize)
 	case PreallocZero:
+		size := m.cfg.MaxFileSize
+		if sessionStart && size > firstFileZeroFill {
+			if err := f.Allocate(0, size); err != nil {
+				return err
+			}
+			size = firstFileZeroFill
+		}
 		zeros := m.zeros.Buffer(0)
-		for off := int64(0); off < m.cfg.MaxFileSize; off += zeroFillChunk {
-			n := min(int64(zeroFillChunk), m.cfg.MaxFileSize-off)
+		for off := int64(0); off < size; off += zeroFillChunk {
+			n := min(int64(zeroFillChunk), size-off)
 			if _, err := f.WriteAt(zeros[:diskio.AlignUp(n, m.cfg.Alignment)], off); err != nil {
 				return err
 			}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -602,4 +603,71 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = slices.Clone([]int{})
+}
+
+// countingFS counts the bytes written to each file.
+type countingFS struct {
+	diskio.FS
+	mu      sync.Mutex
+	written map[string]int64
+}
+
+type countingFile struct {
+	diskio.File
+	fs *countingFS
+}
+
+func (c *countingFS) Create(name string, opts diskio.Options) (diskio.File, error) {
+	f, err := c.FS.Create(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &countingFile{File: f, fs: c}, nil
+}
+
+func (f *countingFile) WriteAt(p []byte, off int64) (int, error) {
+	f.fs.mu.Lock()
+	f.fs.written[f.Name()] += int64(len(p))
+	f.fs.mu.Unlock()
+	return f.File.WriteAt(p, off)
+}
+
+// TestZeroFillPreallocation: with PreallocZero, a new file prepared ahead is zero-filled over
+// its whole size, but the session's first file (which Open waits for) only over its first
+// firstFileZeroFill bytes; with PreallocFallocate nothing is zero-filled.
+func TestZeroFillPreallocation(t *testing.T) {
+	defer func(old int64) { firstFileZeroFill = old }(firstFileZeroFill)
+	firstFileZeroFill = 1 << 20
+	for _, mode := range []PreallocMode{PreallocZero, PreallocFallocate} {
+		fs := &countingFS{FS: diskio.NewMem(4096), written: map[string]int64{}}
+		cfg := memConfig(nil)
+		cfg.FS = fs
+		cfg.Prealloc = mode
+		j, err := Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Close(); err != nil { // waits for the second file's preparation too
+			t.Fatal(err)
+		}
+		names := slices.Sorted(maps.Keys(fs.written))
+		if len(names) != 2 {
+			t.Fatalf("%v: files written %v, want the first and the one prepared after it", mode, names)
+		}
+		first, second := fs.written[names[0]], fs.written[names[1]]
+		header := int64(cfg.Alignment)
+		switch mode {
+		case PreallocZero:
+			if first < firstFileZeroFill || first > firstFileZeroFill+4*header {
+				t.Fatalf("zero: first file got %d bytes written, want about %d", first, firstFileZeroFill)
+			}
+			if second < cfg.MaxFileSize {
+				t.Fatalf("zero: second file got %d bytes written, want at least %d", second, cfg.MaxFileSize)
+			}
+		case PreallocFallocate:
+			if first > 4*header || second > 4*header {
+				t.Fatalf("fallocate: %d and %d bytes written, want headers only", first, second)
+			}
+		}
+	}
 }
