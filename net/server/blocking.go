@@ -2,7 +2,6 @@ package server
 
 import (
 	"errors"
-	"sync"
 	"sync/atomic"
 
 	"github.com/ringkeeper/ringkeeper/net/protocol"
@@ -29,32 +28,17 @@ type blockingAdd struct {
 // blockingAdds runs Storage.Add for adds that must wait (a full write cache), so the event
 // loops never do.
 type blockingAdds struct {
-	tasks chan blockingAdd
-	quit  chan struct{}
-	wg    sync.WaitGroup
+	workerPool[blockingAdd]
 	bytes atomic.Int64 // held by queued entry copies, at most blockingAddMaxBytes
 }
 
 func (b *blockingAdds) start(s *Server, workers, queue int) {
-	b.tasks = make(chan blockingAdd, queue)
-	b.quit = make(chan struct{})
-	b.wg.Add(workers)
-	for range workers {
-		go func() {
-			defer b.wg.Done()
-			for {
-				select {
-				case t := <-b.tasks:
-					b.bytes.Add(-int64(len(t.entry)))
-					if err := s.storage.Add(t.key[:], t.entry, t.recovery, s.addDone, t.op); err != nil {
-						s.addDone(t.op, err)
-					}
-				case <-b.quit:
-					return
-				}
-			}
-		}()
-	}
+	b.workerPool.start(workers, queue, func(t blockingAdd) {
+		b.bytes.Add(-int64(len(t.entry)))
+		if err := s.storage.Add(t.key[:], t.entry, t.recovery, s.addDone, t.op); err != nil {
+			s.addDone(t.op, err)
+		}
+	})
 }
 
 // submit queues an add with a copy of its entry; false if the queue or its byte budget is full.
@@ -65,25 +49,14 @@ func (b *blockingAdds) submit(r *protocol.AddRequest, op *addOp) bool {
 		return false
 	}
 	t := blockingAdd{key: r.MasterKey, entry: append([]byte(nil), r.Entry...), recovery: r.IsRecoveryAdd(), op: op}
-	select {
-	case b.tasks <- t:
-		return true
-	default:
+	if !b.workerPool.submit(t) {
 		b.bytes.Add(-n)
 		return false
 	}
+	return true
 }
 
 // stop ends the workers; the server has waited for adds in flight first, so the queue is empty.
 func (b *blockingAdds) stop(s *Server) {
-	close(b.quit)
-	b.wg.Wait()
-	for {
-		select {
-		case t := <-b.tasks:
-			s.addDone(t.op, ErrTooManyAdds)
-		default:
-			return
-		}
-	}
+	b.workerPool.stop(func(t blockingAdd) { s.addDone(t.op, ErrTooManyAdds) })
 }

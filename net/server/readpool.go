@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/valyala/bytebufferpool"
@@ -59,56 +58,18 @@ func (t *readTask) appendError(dst []byte, rc protocol.ReturnCode) []byte {
 	return out
 }
 
-// readPool is a fixed set of worker goroutines taking read tasks from a bounded queue.
-type readPool struct {
-	tasks chan *readTask
-	quit  chan struct{}
-	wg    sync.WaitGroup
+// startReadPool starts the read workers.
+func (s *Server) startReadPool() {
+	s.pool.start(s.cfg.NumReadWorkerThreads, s.cfg.ReadWorkerQueueSize, s.runRead)
 }
 
-func (p *readPool) start(s *Server, workers, queue int) {
-	p.tasks = make(chan *readTask, queue)
-	p.quit = make(chan struct{})
-	p.wg.Add(workers)
-	for range workers {
-		go func() {
-			defer p.wg.Done()
-			for {
-				select {
-				case t := <-p.tasks:
-					s.runRead(t)
-				case <-p.quit:
-					return
-				}
-			}
-		}()
-	}
-}
-
-// submit queues t without blocking; false means the queue is full.
-func (p *readPool) submit(t *readTask) bool {
-	select {
-	case p.tasks <- t:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop ends the workers once they finish their current task, then drops what is still queued
-// (its connections are closed by then).
-func (p *readPool) stop(s *Server) {
-	close(p.quit)
-	p.wg.Wait()
-	for {
-		select {
-		case t := <-p.tasks:
-			t.cc.releaseRead()
-			s.putReadTask(t)
-		default:
-			return
-		}
-	}
+// stopReadPool ends the read workers once they finish their current task, then drops what is
+// still queued (its connections are closed by then).
+func (s *Server) stopReadPool() {
+	s.pool.stop(func(t *readTask) {
+		t.cc.releaseRead()
+		s.putReadTask(t)
+	})
 }
 
 // runRead serves one task on a worker goroutine: fence first if asked, then read, then queue

@@ -39,7 +39,7 @@ type Server struct {
 
 	addOps    sync.Pool // *addOp
 	readTasks sync.Pool // *readTask
-	pool      readPool
+	pool      workerPool[*readTask]
 	blocking  blockingAdds
 	// gnetStopping is set when Stop shuts gnet's listener (see stopGnet).
 	gnetStopping atomic.Bool
@@ -135,7 +135,7 @@ func (s *Server) Start() error {
 		return fmt.Errorf("%w: Start on a server that was already started", ErrState)
 	}
 	s.metrics.bind(s)
-	s.pool.start(s, s.cfg.NumReadWorkerThreads, s.cfg.ReadWorkerQueueSize)
+	s.startReadPool()
 	s.blocking.start(s, blockingAddWorkers, blockingAddQueue)
 	go s.resumeLoop()
 	if err := s.startGnet(); err != nil {
@@ -166,7 +166,7 @@ func (s *Server) abortStartLocked() {
 	}
 	close(s.resumeQuit)
 	<-s.resumeDone
-	s.pool.stop(s)
+	s.stopReadPool()
 	s.blocking.stop(s)
 	s.state = stateStopped
 }
@@ -249,7 +249,7 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 	close(s.resumeQuit)
 	<-s.resumeDone
-	s.pool.stop(s)
+	s.stopReadPool()
 	s.blocking.stop(s)
 
 	s.mu.Lock()
