@@ -79,24 +79,14 @@ type uringSlot struct {
 func newUringWriteSyncer(depth int, registered [][]byte) (WriteSyncer, error) {
 	// Each request takes at most 2 SQEs and posts at most 2 CQEs; the CQ is twice the SQ, so
 	// it never overflows.
-	ring, err := iouring.New(uint32(2*depth), iouring.Options{})
+	ring, efd, err := newPolledRing(uint32(2*depth), "io_uring-write-eventfd")
 	if err != nil {
-		return nil, fmt.Errorf("diskio: io_uring setup: %w", err)
-	}
-	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
-	if err != nil {
-		ring.Close()
-		return nil, fmt.Errorf("diskio: eventfd: %w", err)
-	}
-	if err := ring.RegisterEventFD(efd); err != nil {
-		unix.Close(efd)
-		ring.Close()
 		return nil, err
 	}
 	w := &uringWriteSyncer{
 		depth:       depth,
 		ring:        ring,
-		efd:         os.NewFile(uintptr(efd), "io_uring-write-eventfd"), // non-blocking: the netpoller waits on it
+		efd:         efd,
 		completions: make(chan Completion, depth),
 		free:        make(chan int, depth),
 		exited:      make(chan struct{}),

@@ -88,24 +88,34 @@ func readerFor() *uringReader {
 	return nil
 }
 
-func newURingReader(slots int) (*uringReader, error) {
-	ring, err := iouring.New(uint32(slots), iouring.Options{})
+// newPolledRing sets up a ring of entries SQEs whose completions signal a non-blocking
+// eventfd, returned as a file that a goroutine can wait on in the netpoller.
+func newPolledRing(entries uint32, name string) (*iouring.Ring, *os.File, error) {
+	ring, err := iouring.New(entries, iouring.Options{})
 	if err != nil {
-		return nil, err
+		return nil, nil, fmt.Errorf("diskio: io_uring setup: %w", err)
 	}
 	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
 		ring.Close()
-		return nil, fmt.Errorf("diskio: eventfd: %w", err)
+		return nil, nil, fmt.Errorf("diskio: eventfd: %w", err)
 	}
 	if err := ring.RegisterEventFD(efd); err != nil {
 		unix.Close(efd)
 		ring.Close()
+		return nil, nil, err
+	}
+	return ring, os.NewFile(uintptr(efd), name), nil
+}
+
+func newURingReader(slots int) (*uringReader, error) {
+	ring, efd, err := newPolledRing(uint32(slots), "io_uring-read-eventfd")
+	if err != nil {
 		return nil, err
 	}
 	r := &uringReader{
 		ring:   ring,
-		efd:    os.NewFile(uintptr(efd), "io_uring-read-eventfd"), // non-blocking: the netpoller waits on it
+		efd:    efd,
 		slots:  make([]readSlot, slots),
 		free:   make(chan int, slots),
 		queued: make([]readReq, 0, slots),
