@@ -27,13 +27,7 @@ func TestAddsThatWouldBlockGoToWorkers(t *testing.T) {
 	st := &slowStorage{MemStorage: servertest.NewMemStorage()}
 	cfg := DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
-	srv, err := New(cfg, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
+	srv := mustStart(t, cfg, st)
 	defer srv.Stop(t.Context())
 	c, err := servertest.Dial(srv.Addr().String())
 	if err != nil {

@@ -58,13 +58,7 @@ func startEnv(t testing.TB, opts ...envOption) *testEnv {
 		pki := newTestPKI(t)
 		cfg.TLSConfig, env.tlsCli = pki.serverConfig(false), pki.clientConfig(true)
 	}
-	srv, err := New(cfg, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
+	srv := mustStart(t, cfg, st)
 	env.srv = srv
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -75,6 +69,19 @@ func startEnv(t testing.TB, opts ...envOption) *testEnv {
 		st.Close()
 	})
 	return env
+}
+
+// mustStart creates and starts a server; the caller stops it.
+func mustStart(t testing.TB, cfg Config, st Storage) *Server {
+	t.Helper()
+	srv, err := New(cfg, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return srv
 }
 
 func withTLS() envOption {

@@ -19,13 +19,7 @@ func TestStopClosesConnectionsAcceptedDuringShutdown(t *testing.T) {
 		st := servertest.NewMemStorage()
 		cfg := DefaultConfig()
 		cfg.Addr = "127.0.0.1:0"
-		srv, err := New(cfg, st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := srv.Start(); err != nil {
-			t.Fatal(err)
-		}
+		srv := mustStart(t, cfg, st)
 		addr := srv.Addr().String()
 		var mu sync.Mutex
 		var conns []net.Conn
