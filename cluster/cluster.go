@@ -50,10 +50,10 @@ type Cluster struct {
 	configs []bookie.Config
 }
 
-// Start starts etcd and the bookies. On error it stops what it started.
 // standaloneFileSize is journalMaxSizeMB and logSizeLimit of the cluster's bookies.
 const standaloneFileSize = 256 << 20
 
+// Start starts etcd and the bookies. On error it stops what it started.
 func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if cfg.Bookies == 0 {
 		cfg.Bookies = 3

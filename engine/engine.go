@@ -41,9 +41,10 @@ type Engine struct {
 	checkpointKick chan struct{}
 	closing        chan struct{}
 	checkpointDone chan struct{}
-	// warmDone is closed when the index warm-up goroutine has finished.
-	warmDone  chan struct{}
-	closeOnce sync.Once
+	// warmCancel stops the index warm-up goroutine, which closes warmDone when it returns.
+	warmCancel context.CancelFunc
+	warmDone   chan struct{}
+	closeOnce  sync.Once
 
 	addOps sync.Pool
 
@@ -206,27 +207,20 @@ func Open(cfg Config) (*Engine, error) {
 	e.gc = newGC(e)
 	go e.runCheckpoints()
 	go e.gc.runLoop()
+	var warmCtx context.Context
+	warmCtx, e.warmCancel = context.WithCancel(context.Background())
 	e.warmDone = make(chan struct{})
-	go e.warmIndexes()
+	go e.warmIndexes(warmCtx)
 	return e, nil
 }
 
 // warmIndexes warms every ledger dir's index (WarmIndex), one after the other, stopping at
 // Close. A failure only costs speed: it is logged.
-func (e *Engine) warmIndexes() {
+func (e *Engine) warmIndexes(ctx context.Context) {
 	defer close(e.warmDone)
 	if !e.cfg.WarmIndex {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-e.closing:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	for _, d := range e.dirs {
 		start := time.Now()
 		n, err := d.idx.Warm(ctx)
@@ -725,6 +719,7 @@ func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		close(e.closing)
 		e.gc.stop() // interrupts a compaction in progress
+		e.warmCancel()
 		<-e.warmDone
 		<-e.checkpointDone
 		jerr := e.journals.Close()
