@@ -340,9 +340,9 @@ func (g *gnetConn) flush() {
 	cc.srv.updateMaxOutbound(out + cc.queuedBytes.Load())
 }
 
-// gnetLogger sends gnet's printf-style log lines to slog. gnet's Fatalf does not exit here.
-// gnetLogger sends gnet's logs to slog; while the server stops gnet, its errors (the
-// acceptor failing on the shut listener) are logged at debug level.
+// gnetLogger sends gnet's printf-style log lines to slog (its Fatalf does not exit here).
+// While the server stops gnet, gnet's errors (the acceptor failing on the shut listener) are
+// logged at debug level.
 type gnetLogger struct {
 	l     *slog.Logger
 	quiet *atomic.Bool
