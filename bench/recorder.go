@@ -115,6 +115,22 @@ func (r *Recorder) Record(latency time.Duration, n int) {
 	r.bytes.Add(int64(n))
 }
 
+// RecordBatch counts len(latenciesNs) operations of n payload bytes each.
+func (r *Recorder) RecordBatch(latenciesNs []int64, n int) {
+	if len(latenciesNs) == 0 {
+		return
+	}
+	r.mu.Lock()
+	for _, l := range latenciesNs {
+		v := min(max(l, 1), maxLatencyNs)
+		r.total.RecordValue(v)
+		r.interval.RecordValue(v)
+	}
+	r.mu.Unlock()
+	r.ops.Add(int64(len(latenciesNs)))
+	r.bytes.Add(int64(len(latenciesNs) * n))
+}
+
 // Error counts one failed operation.
 func (r *Recorder) Error() { r.errors.Add(1) }
 

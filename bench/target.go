@@ -57,24 +57,12 @@ func (t Target) connect(ctx context.Context) (*connected, error) {
 	c := &connected{cleanup: func() {}}
 	uri := t.MetadataURI
 	if t.Standalone {
-		dir := t.DataDir
-		if dir == "" {
-			tmp, err := os.MkdirTemp("", "ringkeeper-bench-standalone-")
-			if err != nil {
-				return nil, err
-			}
-			dir = tmp
-			c.cleanup = func() { os.RemoveAll(tmp) }
-		}
-		cl, err := cluster.Start(ctx, cluster.Config{DataDir: dir, Bookies: max(t.Bookies, 1), Bookie: t.Bookie, Logger: quietLogger()})
+		sc, err := t.startCluster(ctx)
 		if err != nil {
-			c.cleanup()
 			return nil, err
 		}
-		c.cluster = cl
-		uri = cl.MetadataURI()
-		prev := c.cleanup
-		c.cleanup = func() { cl.Close(context.Background()); prev() }
+		c = sc
+		uri = sc.cluster.MetadataURI()
 	}
 	if uri == "" {
 		return nil, errors.New("bench: give --metadata URI or --standalone")
@@ -88,4 +76,22 @@ func (t Target) connect(ctx context.Context) (*connected, error) {
 	prev := c.cleanup
 	c.cleanup = func() { cl.Close(); prev() }
 	return c, nil
+}
+
+// startCluster starts the standalone cluster of t, without a client.
+func (t Target) startCluster(ctx context.Context) (*connected, error) {
+	dir, cleanup := t.DataDir, func() {}
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "ringkeeper-bench-standalone-")
+		if err != nil {
+			return nil, err
+		}
+		dir, cleanup = tmp, func() { os.RemoveAll(tmp) }
+	}
+	cl, err := cluster.Start(ctx, cluster.Config{DataDir: dir, Bookies: max(t.Bookies, 1), Bookie: t.Bookie, Logger: quietLogger()})
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
+	return &connected{cluster: cl, cleanup: func() { cl.Close(context.Background()); cleanup() }}, nil
 }

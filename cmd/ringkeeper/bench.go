@@ -20,7 +20,7 @@ func benchCommand() *cobra.Command {
 		Use:   "bench",
 		Short: "Run a benchmark workload",
 	}
-	cmd.AddCommand(benchJournalCommand(), benchStorageCommand(), benchWriteCommand(), benchReadCommand(),
+	cmd.AddCommand(benchJournalCommand(), benchStorageCommand(), benchServerCommand(), benchWriteCommand(), benchReadCommand(),
 		benchTailCommand(), benchStressCommand())
 	cmd.AddCommand(benchDlogCommand())
 	return cmd

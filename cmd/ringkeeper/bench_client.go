@@ -61,6 +61,37 @@ func benchWriteCommand() *cobra.Command {
 	return cmd
 }
 
+func benchServerCommand() *cobra.Command {
+	o := bench.DefaultServerOptions()
+	var out output
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Raw v2-protocol connections pipeline adds to one bookie (no client library)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir := o.DataDir
+			if dir == "" {
+				dir = os.TempDir()
+			}
+			_, err := out.run(cmd.Context(), dir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+				return bench.RunServer(ctx, o)
+			})
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Bookie, "bookie", "", "address of a running bookie (host:port)")
+	f.BoolVar(&o.Standalone, "standalone", false, "start a one-bookie cluster in this process for the run")
+	f.StringVar(&o.DataDir, "data-dir", "", "data directory of the --standalone bookie (default: a temporary one)")
+	f.IntVar(&o.Connections, "connections", o.Connections, "connections, each writing its own ledger")
+	f.IntVar(&o.InFlight, "in-flight", o.InFlight, "adds in flight per connection")
+	f.IntVar(&o.EntrySize, "entry-size", o.EntrySize, "entry payload size in bytes")
+	f.Float64Var(&o.Rate, "rate", o.Rate, "total adds per second (0 = closed loop)")
+	f.DurationVar(&o.Duration, "duration", o.Duration, "measured duration")
+	f.DurationVar(&o.Warmup, "warmup", o.Warmup, "unmeasured warm-up")
+	out.register(f)
+	return cmd
+}
+
 func benchReadCommand() *cobra.Command {
 	o := bench.DefaultReadOptions()
 	var out output
