@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-		"github.com/ringkeeper/ringkeeper/net/protocol"
+	"github.com/ringkeeper/ringkeeper/net/protocol"
 )
 
 // ServerOptions configures the raw-codec workload: connections that speak the v2 protocol
