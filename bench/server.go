@@ -34,33 +34,33 @@ type ServerOptions struct {
 	// Rate is the total adds per second (open loop); 0 means closed loop. Open-loop adds are
 	// sent by one pacer every PaceInterval and their latency counts from their scheduled time,
 	// so a bookie that falls behind is not hidden by adds that were never sent.
-	Rate     float64
-	Duration time.Duration
-	Warmup   time.Duration
-	Progress io.Writer
+	Rate float64
+	// PaceInterval is how often the open-loop pacer sends the adds that have come due. Latency
+	// is measured from each add's own scheduled time, so the batching adds up to this much to
+	// it; a longer interval means fewer, larger writes (less load-generator CPU per add).
+	PaceInterval time.Duration
+	Duration     time.Duration
+	Warmup       time.Duration
+	Progress     io.Writer
 }
-
-// PaceInterval is how often the open-loop pacer sends the adds that have come due. Latency is
-// measured from each add's own scheduled time, so the batching adds up to this much to it.
-const PaceInterval = 500 * time.Microsecond
 
 // DefaultServerOptions returns the defaults of `ringkeeper bench server`.
 func DefaultServerOptions() ServerOptions {
-	return ServerOptions{Connections: 64, InFlight: 64, EntrySize: 1024, Duration: 10 * time.Second}
+	return ServerOptions{Connections: 64, InFlight: 64, EntrySize: 1024, PaceInterval: 500 * time.Microsecond, Duration: 10 * time.Second}
 }
 
 func (o ServerOptions) config() map[string]any {
 	return map[string]any{
 		"bookie": o.Bookie, "standalone": o.Standalone, "connections": o.Connections, "in_flight": o.InFlight,
-		"entry_size": o.EntrySize, "rate": o.Rate, "pace_interval_us": PaceInterval.Microseconds(),
+		"entry_size": o.EntrySize, "rate": o.Rate, "pace_interval_us": o.PaceInterval.Microseconds(),
 		"duration_s": o.Duration.Seconds(), "warmup_s": o.Warmup.Seconds(),
 	}
 }
 
 // RunServer runs the raw-codec workload.
 func RunServer(ctx context.Context, o ServerOptions) (*Result, error) {
-	if o.Connections < 1 || o.InFlight < 1 || o.EntrySize < 0 || o.Duration <= 0 || o.Rate < 0 {
-		return nil, fmt.Errorf("bench: connections (%d), in-flight (%d) and duration must be positive, entry size and rate not negative",
+	if o.Connections < 1 || o.InFlight < 1 || o.EntrySize < 0 || o.Duration <= 0 || o.Rate < 0 || o.PaceInterval <= 0 {
+		return nil, fmt.Errorf("bench: connections (%d), in-flight (%d), duration and pace interval must be positive, entry size and rate not negative",
 			o.Connections, o.InFlight)
 	}
 	if (o.Bookie == "") == !o.Standalone {
@@ -98,7 +98,7 @@ func RunServer(ctx context.Context, o ServerOptions) (*Result, error) {
 		wg.Go(func() { errs[i] = c.readLoop(runCtx) })
 	}
 	if o.Rate > 0 {
-		wg.Go(func() { pace(runCtx, conns, o.Rate) })
+		wg.Go(func() { pace(runCtx, conns, o.Rate, o.PaceInterval) })
 	} else {
 		for _, c := range conns {
 			if err := c.send(o.InFlight, benchNow(), 0); err != nil {
@@ -236,9 +236,9 @@ func (c *rawConn) readLoop(ctx context.Context) error {
 	}
 }
 
-// pace is the open loop: every PaceInterval it sends each connection the adds that have come
+// pace is the open loop: every interval it sends each connection the adds that have come
 // due (its share of rate), as far as its in-flight limit allows; the others stay due.
-func pace(ctx context.Context, conns []*rawConn, rate float64) {
+func pace(ctx context.Context, conns []*rawConn, rate float64, interval time.Duration) {
 	step := int64(float64(time.Second) * float64(len(conns)) / rate) // per connection
 	start := benchNow()
 	for ctx.Err() == nil {
@@ -256,6 +256,6 @@ func pace(ctx context.Context, conns []*rawConn, rate float64) {
 				return // the reader reports the connection's error
 			}
 		}
-		time.Sleep(PaceInterval - time.Duration(benchNow()-now)%PaceInterval)
+		time.Sleep(interval - time.Duration(benchNow()-now)%interval)
 	}
 }

@@ -86,6 +86,7 @@ func benchServerCommand() *cobra.Command {
 	f.IntVar(&o.InFlight, "in-flight", o.InFlight, "adds in flight per connection")
 	f.IntVar(&o.EntrySize, "entry-size", o.EntrySize, "entry payload size in bytes")
 	f.Float64Var(&o.Rate, "rate", o.Rate, "total adds per second (0 = closed loop)")
+	f.DurationVar(&o.PaceInterval, "pace-interval", o.PaceInterval, "with --rate: how often the adds that came due are sent (latency counts from each add's scheduled time)")
 	f.DurationVar(&o.Duration, "duration", o.Duration, "measured duration")
 	f.DurationVar(&o.Warmup, "warmup", o.Warmup, "unmeasured warm-up")
 	out.register(f)
