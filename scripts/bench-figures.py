@@ -53,18 +53,19 @@ def run(name, argv):
 
 
 def separate_bookie(name, data_dir, bench_argv):
-    """Runs bench_argv (a `bench write` without --standalone) against a one-bookie
-    `standalone` in its own process, so that the load generator's goroutines do not queue in
-    the bookie's Go scheduler (they still share the machine's cores)."""
+    """Runs bench_argv (a `bench server` without a target) against a one-bookie `standalone`
+    in its own process, so that the load generator's goroutines do not queue in the bookie's
+    Go scheduler (they still share the machine's cores)."""
     sa = subprocess.Popen([args.binary, "standalone", "--bookies", "1", "--data-dir", data_dir,
-                           "--http-port", "0", "--metadata-port", "23790", "--port", "23181"],
+                           "--write-cache-mb", "512", "--http-port", "0", "--metadata-port", "23790",
+                           "--port", "23181"],
                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = sa.stdout.readline()
         if "ready" not in line:
             print(f"standalone did not start: {line!r}", file=sys.stderr)
             return None
-        return run(name, bench_argv + ["--metadata", "etcd://127.0.0.1:23790/ledgers"])
+        return run(name, bench_argv + ["--bookie", "127.0.0.1:23181"])
     finally:
         sa.send_signal(2)
         sa.wait(timeout=60)
@@ -132,34 +133,35 @@ if want("compaction"):
                                    "--duration", "15s", "--writers", "64", "--outstanding", "16", "--ledgers", "64"])
 
 if want("server"):
-    # One bookie over loopback, 64 client connections, against the engine alone.
+    # One bookie over loopback, 64 raw-codec connections (`bench server`: no client library, the
+    # server issue's figure), against the engine alone with the same 64 x 64 load; then the
+    # client library at (1,1,1) with 1000 in flight against the same bookie setup (issue 6's
+    # ratio), interleaved so that each triple shares the machine's state.
+    SRV = ["bench", "server", "--connections", "64", "--in-flight", "64", "--duration", "10s", "--warmup", "3s"]
     for i in range(args.reps):
         run("server-storage-adds", ST64)
-        w = run("server-write-64conns", ["bench", "write"] + STANDALONE + [f"{D}/srv{i}", "--bookies", "1",
-                "--ensemble", "1", "--write-quorum", "1", "--ack-quorum", "1", "--clients", "64", "--ledgers", "64",
-                "--writers", "64", "--in-flight", "64", "--duration", "10s", "--warmup", "3s"])
+        w = run("server-raw-64conns", SRV + STANDALONE + [f"{D}/srv{i}"])
+        run("client-111-1000inflight", ["bench", "write"] + STANDALONE + [f"{D}/c111-{i}", "--bookies", "1",
+            "--ensemble", "1", "--write-quorum", "1", "--ack-quorum", "1", "--in-flight", "1000",
+            "--duration", "10s", "--warmup", "3s"])
         if w is None:
             continue
         half = w["ops_per_sec"] / 2
-        run("server-write-64conns-half-load", ["bench", "write"] + STANDALONE + [f"{D}/srvh{i}", "--bookies", "1",
-            "--ensemble", "1", "--write-quorum", "1", "--ack-quorum", "1", "--clients", "64", "--ledgers", "64",
-            "--writers", "64", "--in-flight", "64", "--duration", "10s", "--warmup", "3s", "--rate", f"{half:.0f}"])
+        run("server-raw-64conns-half-load", SRV + STANDALONE + [f"{D}/srvh{i}", "--rate", f"{half:.0f}"])
         run("server-storage-half-load", ST64 + ["--rate", f"{half:.0f}"])
-    # The same two runs with the bookie in a process of its own.
-    SEP = ["bench", "write", "--ensemble", "1", "--write-quorum", "1", "--ack-quorum", "1", "--clients", "64",
-           "--ledgers", "64", "--writers", "64", "--in-flight", "64", "--duration", "10s", "--warmup", "3s"]
-    w = separate_bookie("server-separate-64conns", f"{D}/sep", SEP)
-    if w is not None:
+    # The same with the bookie in a process of its own (`standalone`, with bench storage's
+    # 512 MiB write cache), so that the load generator does not share its Go scheduler.
+    for i in range(args.reps):
+        w = separate_bookie("server-separate-raw-64conns", f"{D}/sep{i}", SRV)
+        if w is None:
+            continue
         half = w["ops_per_sec"] / 2
-        separate_bookie("server-separate-64conns-half-load", f"{D}/seph", SEP + ["--rate", f"{half:.0f}"])
+        separate_bookie("server-separate-raw-64conns-half-load", f"{D}/seph{i}", SRV + ["--rate", f"{half:.0f}"])
         run("server-separate-storage-half-load", ST64 + ["--rate", f"{half:.0f}"])
     gobench("server-raw-codec", "./net/server/", "BenchmarkAddLoopback", "3s", 3)
 
 if want("client"):
     for i in range(args.reps):
-        run("client-111-1000inflight", ["bench", "write"] + STANDALONE + [f"{D}/c111-{i}", "--bookies", "1",
-            "--ensemble", "1", "--write-quorum", "1", "--ack-quorum", "1", "--in-flight", "1000",
-            "--duration", "10s", "--warmup", "3s"])
         run("client-332-light", ["bench", "write"] + STANDALONE + [f"{D}/c332l-{i}", "--bookies", "3",
             "--in-flight", "1", "--duration", "10s", "--warmup", "2s"])
         run("client-111-light", ["bench", "write"] + STANDALONE + [f"{D}/c111l-{i}", "--bookies", "1",
