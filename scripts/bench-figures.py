@@ -103,7 +103,7 @@ ST = ST_BASE + ["--writers", "256", "--outstanding", "16", "--ledgers", "256", "
 ST64 = ST_BASE + ["--ledgers", "64", "--writers", "64", "--outstanding", "64"]
 STANDALONE = ["--standalone", "--data-dir"]
 
-if want("physlimit") or only is None:
+if want("physlimit"):
     physlimit("before")
 
 if want("journal"):
@@ -176,7 +176,7 @@ if want("dlog"):
     run("dlog-write-100B", ["bench", "dlog", "write", "--standalone", "--record-size", "100", "--baseline",
                             "--duration", "10s"])
 
-if only is None:
+if want("physlimit"):
     physlimit("after")
 
 save()
