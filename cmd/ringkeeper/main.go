@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"runtime/trace"
@@ -16,6 +17,7 @@ import (
 )
 
 func main() {
+	setProcs()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := &cobra.Command{
@@ -54,6 +56,24 @@ func startProfile(path string, start func(io.Writer) error) error {
 		return err
 	}
 	return start(f)
+}
+
+// procsPerCPU is how many Ps (GOMAXPROCS) the process runs per CPU the runtime would use by
+// default. ringkeeper's I/O goroutines block in raw system calls that keep their P: gnet's
+// event loops in epoll_wait, journal and entry-log owners in io_uring_enter, pebble in file
+// I/O. The runtime takes such a P back only when its monitor notices (20 µs to 10 ms later),
+// and until then a goroutine made runnable meanwhile (a journal completion, a response to
+// write, a client's reader) waits even though a core is idle. Extra Ps let it run at once.
+// Measured on 2 cores (BENCHMARKS.md): (3,3,2) light-load p50 668 → 464 µs, the bookie's
+// p99 at half load 42 → 17 ms, its throughput and the engine's up by about 15%.
+const procsPerCPU = 2
+
+// setProcs sets GOMAXPROCS to procsPerCPU times its default, unless the user set GOMAXPROCS.
+func setProcs() {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return
+	}
+	runtime.GOMAXPROCS(procsPerCPU * runtime.GOMAXPROCS(0))
 }
 
 // memoryHeadroom is what the process may use beyond its configured caches: connections,
