@@ -11,7 +11,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -669,58 +668,6 @@ func TestZeroFillPreallocation(t *testing.T) {
 			if first > 4*header || second > 4*header {
 				t.Fatalf("fallocate: %d and %d bytes written, want headers only", first, second)
 			}
-		}
-	}
-}
-
-// A group stops at BufferedWritesThreshold even when far more is queued at once: a group of
-// several MiB (the buffer has room for the largest record on top) would make every record in
-// it wait for a long write.
-func TestGroupsStopAtTheThreshold(t *testing.T) {
-	fs := diskio.NewMem(4096)
-	cfg := memConfig(fs)
-	cfg.MaxRecordSize = 1 << 20
-	cfg.MaxFileSize = 64 << 20
-	var mu sync.Mutex
-	var sizes []int
-	cfg.OnGroup = func(records, bytes int, _ time.Duration) {
-		mu.Lock()
-		sizes = append(sizes, bytes)
-		mu.Unlock()
-	}
-	j, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const records, size = 1000, 1024
-	var wg sync.WaitGroup
-	es := make([]*Entry, records)
-	for i := range es {
-		wg.Add(1)
-		es[i] = &Entry{Type: RecordData, LedgerID: 1, EntryID: int64(i), Payload: make([]byte, size),
-			Done: func(_ *Entry, err error) {
-				if err != nil {
-					t.Error(err)
-				}
-				wg.Done()
-			}}
-	}
-	if err := j.AppendBatch(es); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	if err := j.Close(); err != nil {
-		t.Fatal(err)
-	}
-	limit := cfg.BufferedWritesThreshold + 2*recordHeaderSize + size + cfg.Alignment
-	mu.Lock()
-	defer mu.Unlock()
-	if len(sizes) < records*size/cfg.BufferedWritesThreshold {
-		t.Fatalf("%d groups for %d KiB with a %d KiB threshold", len(sizes), records*size>>10, cfg.BufferedWritesThreshold>>10)
-	}
-	for i, n := range sizes {
-		if n > limit {
-			t.Errorf("group %d is %d bytes, more than threshold + one record (%d)", i, n, limit)
 		}
 	}
 }

@@ -100,13 +100,10 @@ func (o *owner) step() bool {
 	return true
 }
 
-// fill copies queued records into the current group until it reaches
-// BufferedWritesThreshold (the last record may cross it: the buffer has room for one more).
-// A group never grows further even when more is queued: a bigger write would only delay the
-// records already in it, and the next group follows in the pipeline.
+// fill copies queued records into the current group while they fit.
 func (o *owner) fill() {
 	g, salt := o.cur, o.file.salt
-	for o.next < len(o.batch) && g.used < o.j.cfg.BufferedWritesThreshold {
+	for o.next < len(o.batch) {
 		e := o.batch[o.next]
 		if g.used+2*recordHeaderSize+len(e.Payload) > len(g.buf) {
 			return
