@@ -119,3 +119,33 @@ func (w testLog) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+func TestServerWorkload(t *testing.T) {
+	c, err := standalone(t, 1).startCluster(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.cleanup()
+	o := DefaultServerOptions()
+	o.Bookie = c.cluster.BookieAddrs()[0]
+	o.Connections, o.InFlight, o.Duration = 4, 16, time.Second
+	res, err := RunServer(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, res, "server")
+	if res.Extra["acked"] != res.Extra["sent"] {
+		t.Errorf("closed loop: %v adds sent, %v answered", res.Extra["sent"], res.Extra["acked"])
+	}
+
+	// Open loop: the pacer never sends more than the rate asks for.
+	o.Rate = 2000
+	res, err = RunServer(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, res, "server")
+	if want := o.Rate * o.Duration.Seconds(); float64(res.Ops) > 1.1*want || float64(res.Ops) < 0.5*want {
+		t.Errorf("open loop at %v/s for %v: %d adds answered", o.Rate, o.Duration, res.Ops)
+	}
+}

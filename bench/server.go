@@ -97,11 +97,12 @@ func RunServer(ctx context.Context, o ServerOptions) (*Result, error) {
 	for i, c := range conns {
 		wg.Go(func() { errs[i] = c.readLoop(runCtx) })
 	}
+	var sendErr error
 	if o.Rate > 0 {
 		wg.Go(func() { pace(runCtx, conns, o.Rate, o.PaceInterval) })
 	} else {
 		for _, c := range conns {
-			if err := c.send(o.InFlight, benchNow(), 0); err != nil {
+			if sendErr = c.send(o.InFlight, benchNow(), 0); sendErr != nil {
 				cancel()
 				break
 			}
@@ -110,6 +111,9 @@ func RunServer(ctx context.Context, o ServerOptions) (*Result, error) {
 	rec.Measure(runCtx, o.Warmup, o.Duration, o.Progress)
 	cancel()
 	wg.Wait()
+	if sendErr != nil {
+		return nil, fmt.Errorf("bench: sending the first adds: %w", sendErr)
+	}
 	var sent, acked int64
 	for i, c := range conns {
 		sent += c.sent.Load()

@@ -112,6 +112,8 @@ def prober():
                 probe_err.append((e, rc_add, rc_read))
             probe_lat.append(time.monotonic() - t0)
         except OSError as err:
+            if stop.is_set():
+                break  # the bookie is being stopped: not an error of the run
             probe_err.append((e, str(err)))
             s = socket.create_connection(addr)
             s.settimeout(10)
