@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/client"
@@ -142,8 +143,7 @@ type appendResult struct {
 }
 
 func runAppends(ctx context.Context, l appendLoad, rec *Recorder) (appendResult, error) {
-	var res appendResult
-	var mu sync.Mutex
+	var appended, failed atomic.Int64
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -153,7 +153,9 @@ func runAppends(ctx context.Context, l appendLoad, rec *Recorder) (appendResult,
 			mine = append(mine, l.ledgers[i])
 		}
 		wg.Go(func() {
-			sem := make(chan struct{}, l.inFlight)
+			// One payload buffer per add in flight: a slot is taken before an append and given
+			// back by its callback, so free also bounds what is in flight (the client keeps the
+			// payload until the entry is acknowledged).
 			payloads := make([][]byte, l.inFlight)
 			free := make(chan int, l.inFlight)
 			for i := range payloads {
@@ -168,14 +170,18 @@ func runAppends(ctx context.Context, l appendLoad, rec *Recorder) (appendResult,
 				interval = int64(float64(time.Second) * float64(l.writers) / l.rate)
 			}
 			sched := benchNow()
-			var inner sync.WaitGroup
-			for n := 0; runCtx.Err() == nil; n++ {
+			for n := 0; ; n++ {
+				slot := -1
 				select {
-				case sem <- struct{}{}:
+				case slot = <-free:
 				case <-runCtx.Done():
-					continue
 				}
-				slot := <-free
+				if runCtx.Err() != nil {
+					if slot >= 0 {
+						free <- slot
+					}
+					break
+				}
 				lh := mine[n%len(mine)]
 				sent := benchNow()
 				if interval > 0 {
@@ -190,33 +196,30 @@ func runAppends(ctx context.Context, l appendLoad, rec *Recorder) (appendResult,
 					p = payloads[slot][:max(l.entrySize, 8)]
 					binary.LittleEndian.PutUint64(p, uint64(time.Now().UnixNano()))
 				}
-				inner.Add(1)
 				lh.AppendAsync(p, func(id int64, err error) {
 					if err != nil {
 						rec.Error()
-						mu.Lock()
-						res.failed++
-						mu.Unlock()
+						failed.Add(1)
 					} else {
 						rec.Record(time.Duration(benchNow()-sent), l.entrySize)
-						mu.Lock()
-						res.appended++
-						mu.Unlock()
+						appended.Add(1)
 						if l.onAck != nil {
 							l.onAck(lh.ID(), id)
 						}
 					}
 					free <- slot
-					<-sem
-					inner.Done()
 				})
 			}
-			inner.Wait()
+			// Every slot comes back once its append has completed.
+			for range l.inFlight {
+				<-free
+			}
 		})
 	}
 	rec.Measure(ctx, l.warmup, l.duration, l.progress)
 	cancel()
 	wg.Wait()
+	res := appendResult{appended: appended.Load(), failed: failed.Load()}
 	if res.appended == 0 && res.failed > 0 {
 		return res, errors.New("bench: every append failed")
 	}
