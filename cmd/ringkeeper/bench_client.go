@@ -68,11 +68,7 @@ func benchServerCommand() *cobra.Command {
 		Use:   "server",
 		Short: "Raw v2-protocol connections pipeline adds to one bookie (no client library)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir := o.DataDir
-			if dir == "" {
-				dir = os.TempDir()
-			}
-			_, err := out.run(cmd.Context(), dir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+			_, err := out.run(cmd.Context(), physlimitDir(bench.Target{DataDir: o.DataDir}), &o.Progress, func(ctx context.Context) (*bench.Result, error) {
 				return bench.RunServer(ctx, o)
 			})
 			return err
