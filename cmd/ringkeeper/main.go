@@ -65,7 +65,8 @@ func startProfile(path string, start func(io.Writer) error) error {
 // and until then a goroutine made runnable meanwhile (a journal completion, a response to
 // write, a client's reader) waits even though a core is idle. Extra Ps let it run at once.
 // Measured on 2 cores (BENCHMARKS.md): (3,3,2) light-load p50 668 → 464 µs, the bookie's
-// p99 at half load 42 → 17 ms, its throughput and the engine's up by about 15%.
+// p99 at half load 42 → 17 ms. The cost: with load generators competing for the same cores
+// (the slow-client flood), the bookie took about a quarter fewer adds.
 const procsPerCPU = 2
 
 // setProcs sets GOMAXPROCS to procsPerCPU times its default, unless the user set GOMAXPROCS.
