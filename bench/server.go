@@ -130,10 +130,9 @@ func RunServer(ctx context.Context, o ServerOptions) (*Result, error) {
 // rawConn is one connection of the raw workload: one ledger, entries 0, 1, 2, ... Send times
 // are kept per in-flight slot (entry id mod InFlight), which is unique among the adds in flight.
 type rawConn struct {
-	nc       net.Conn
-	o        ServerOptions
-	rec      *Recorder
-	ledgerID int64
+	nc  net.Conn
+	o   ServerOptions
+	rec *Recorder
 	// frame is an add of entry 0; send patches the entry id into copies of it.
 	frame  []byte
 	wbuf   []byte
@@ -167,7 +166,7 @@ func dialRaw(ctx context.Context, addr string, ledgerID int64, o ServerOptions, 
 		nc.Close()
 		return nil, err
 	}
-	return &rawConn{nc: nc, o: o, rec: rec, ledgerID: ledgerID, frame: frame,
+	return &rawConn{nc: nc, o: o, rec: rec, frame: frame,
 		wbuf: make([]byte, 0, o.InFlight*len(frame)), sentAt: make([]atomic.Int64, o.InFlight)}, nil
 }
 
@@ -196,6 +195,7 @@ func (c *rawConn) readLoop(ctx context.Context) error {
 	defer stop()
 	buf := make([]byte, 64<<10)
 	lat := make([]int64, 0, len(buf)/addResponseSize)
+	var resp protocol.Response
 	have := 0
 	for {
 		if ctx.Err() != nil && c.acked.Load() == c.sent.Load() {
@@ -212,22 +212,25 @@ func (c *rawConn) readLoop(ctx context.Context) error {
 		now := benchNow()
 		lat = lat[:0]
 		off := 0
-		for have-off >= addResponseSize {
-			r := buf[off : off+addResponseSize]
-			if size := binary.BigEndian.Uint32(r); size != protocol.ResponseHeaderSize {
-				return fmt.Errorf("unexpected response frame of %d bytes", size)
+		for {
+			size, complete, err := protocol.SplitFrame(buf[off:have], addResponseSize)
+			if err != nil {
+				return err
 			}
-			h := protocol.ParseHeader(binary.BigEndian.Uint32(r[4:]))
-			rc := protocol.ReturnCode(binary.BigEndian.Uint32(r[8:]))
-			if h.Op != protocol.OpAddEntry {
-				return fmt.Errorf("unexpected %v response", h.Op)
+			if !complete {
+				break
 			}
-			if rc != protocol.EOK {
-				return fmt.Errorf("add answered %v", rc)
+			if err := protocol.DecodeResponse(buf[off+protocol.LengthPrefixSize:off+size], &resp); err != nil {
+				return err
 			}
-			entry := int64(binary.BigEndian.Uint64(r[20:]))
-			lat = append(lat, now-c.sentAt[entry%int64(len(c.sentAt))].Load())
-			off += addResponseSize
+			if resp.Header.Op != protocol.OpAddEntry {
+				return fmt.Errorf("unexpected %v response", resp.Header.Op)
+			}
+			if resp.Add.RC != protocol.EOK {
+				return fmt.Errorf("add answered %v", resp.Add.RC)
+			}
+			lat = append(lat, now-c.sentAt[resp.Add.EntryID%int64(len(c.sentAt))].Load())
+			off += size
 		}
 		have = copy(buf, buf[off:have])
 		c.rec.RecordBatch(lat, c.o.EntrySize)
