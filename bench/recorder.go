@@ -106,13 +106,7 @@ func NewRecorder() *Recorder {
 
 // Record counts one operation of n payload bytes that took latency.
 func (r *Recorder) Record(latency time.Duration, n int) {
-	v := min(max(int64(latency), 1), maxLatencyNs)
-	r.mu.Lock()
-	r.total.RecordValue(v)
-	r.interval.RecordValue(v)
-	r.mu.Unlock()
-	r.ops.Add(1)
-	r.bytes.Add(int64(n))
+	r.RecordBatch([]int64{int64(latency)}, n)
 }
 
 // RecordBatch counts len(latenciesNs) operations of n payload bytes each.
