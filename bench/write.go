@@ -154,8 +154,9 @@ func runAppends(ctx context.Context, l appendLoad, rec *Recorder) (appendResult,
 		}
 		wg.Go(func() {
 			// One payload buffer per add in flight: a slot is taken before an append and given
-			// back by its callback, so free also bounds what is in flight (the client keeps the
-			// payload until the entry is acknowledged).
+			// back by its callback (or reused by it for the next append), so the slots also
+			// bound what is in flight (the client keeps the payload until the entry is
+			// acknowledged).
 			payloads := make([][]byte, l.inFlight)
 			free := make(chan int, l.inFlight)
 			for i := range payloads {
@@ -170,27 +171,11 @@ func runAppends(ctx context.Context, l appendLoad, rec *Recorder) (appendResult,
 				interval = int64(float64(time.Second) * float64(l.writers) / l.rate)
 			}
 			sched := benchNow()
-			for n := 0; ; n++ {
-				slot := -1
-				select {
-				case slot = <-free:
-				case <-runCtx.Done():
-				}
-				if runCtx.Err() != nil {
-					if slot >= 0 {
-						free <- slot
-					}
-					break
-				}
-				lh := mine[n%len(mine)]
-				sent := benchNow()
-				if interval > 0 {
-					if wait := sched - sent; wait > 0 {
-						time.Sleep(time.Duration(wait))
-					}
-					sent = sched
-					sched += interval
-				}
+			var issued atomic.Int64 // picks each append's ledger
+			// issue appends the payload of slot; sent is when the append was due.
+			var issue func(slot int, sent int64)
+			issue = func(slot int, sent int64) {
+				lh := mine[(issued.Add(1)-1)%int64(len(mine))]
 				p := payloads[slot][:l.entrySize]
 				if l.stamp {
 					p = payloads[slot][:max(l.entrySize, 8)]
@@ -207,8 +192,38 @@ func runAppends(ctx context.Context, l appendLoad, rec *Recorder) (appendResult,
 							l.onAck(lh.ID(), id)
 						}
 					}
+					// Closed loop: the next append leaves from this callback, as the raw-codec
+					// load (bench server) sends its next add from the goroutine that read the
+					// response. Handing the slot to the writer goroutine instead costs a wake-up
+					// per round of adds, about 0.1 ms on 2 cores, and ~8% of the throughput.
+					if err == nil && interval == 0 && runCtx.Err() == nil {
+						issue(slot, benchNow())
+						return
+					}
 					free <- slot
 				})
+			}
+			for {
+				slot := -1
+				select {
+				case slot = <-free:
+				case <-runCtx.Done():
+				}
+				if runCtx.Err() != nil {
+					if slot >= 0 {
+						free <- slot
+					}
+					break
+				}
+				sent := benchNow()
+				if interval > 0 {
+					if wait := sched - sent; wait > 0 {
+						time.Sleep(time.Duration(wait))
+					}
+					sent = sched
+					sched += interval
+				}
+				issue(slot, sent)
 			}
 			// Every slot comes back once its append has completed.
 			for range l.inFlight {

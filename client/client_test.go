@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,6 +118,54 @@ func TestPipelinedAsyncAppendsCompleteInOrder(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	if err := lh.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	checkEntries(t, lh, n-1)
+}
+
+// TestAppendFromCallback: callbacks that send the next append (a pipeline kept full from its
+// completions) run one at a time, in entry order, and never deadlock against deliveries from
+// the other bookies' connections (they once did: a callback held the delivery lock while
+// AppendAsync waited for the ledger's lock, held by a connection waiting to deliver).
+func TestAppendFromCallback(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	cl := newClient(t, c, nil)
+	lh, err := cl.CreateLedger(context.Background(), CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, chains = 5000, 100
+	var issued atomic.Int64
+	next := int64(0) // only callbacks touch it: they must not run concurrently (-race)
+	done := make(chan struct{})
+	var appendNext func()
+	appendNext = func() {
+		i := issued.Add(1) - 1
+		if i >= n {
+			return
+		}
+		lh.AppendAsync(payload(lh.ID(), i), func(id int64, err error) {
+			if err != nil || id != next {
+				t.Errorf("completion %d: %v, expected %d", id, err, next)
+			}
+			next++
+			if next == n {
+				close(done)
+			}
+			appendNext()
+		})
+	}
+	go func() { // not on the test goroutine: a deadlock must be reported, not hang the test
+		for range chains {
+			appendNext()
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatalf("%d of %d appends completed in a minute: deadlocked", issued.Load()-chains, n)
+	}
 	if err := lh.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -52,9 +52,14 @@ type Ledger struct {
 	// idle is signalled whenever pending shrinks, for Close.
 	idle *sync.Cond
 
-	// cbMu is taken, before mu is released, by whoever delivers callbacks, so callbacks run in
-	// entry order even when completions arrive on different goroutines.
-	cbMu sync.Mutex
+	// Callbacks run in entry order, one goroutine at a time, without any lock held (so that a
+	// callback may call AppendAsync): toDeliver queues popped adds, toSend the sends that must
+	// go out before their callbacks run, and delivering says that a goroutine is draining both;
+	// others only queue (see deliverLocked). spareOps is toDeliver's other buffer.
+	toDeliver  []*addOp
+	toSend     []sendTarget
+	spareOps   []*addOp
+	delivering bool
 
 	ops  sync.Pool
 	reqs sync.Pool
@@ -144,7 +149,10 @@ func (lh *Ledger) Append(ctx context.Context, data []byte) (int64, error) {
 
 // AppendAsync adds data as the next entry; done is called once with its id when Qa bookies
 // have it, or with an error. Calls come strictly in entry order. done must not block: it runs
-// on a connection's goroutine. data must not change until done is called.
+// on a connection's goroutine. data must not change until done is called. done may call
+// AppendAsync to keep a pipeline full; AppendAsync waits only when a bookie's send queue is
+// full (transport's MaxQueuedBytesPerConn, 16 MiB by default), which would stall that
+// connection's responses meanwhile.
 func (lh *Ledger) AppendAsync(data []byte, done func(entryID int64, err error)) {
 	if lh.readOnly {
 		done(-1, ErrReadOnly)
@@ -278,7 +286,7 @@ func addResponse(ctx any, rc protocol.ReturnCode, err error) {
 	var buf [16]*addOp
 	popped := lh.popLocked(buf[:0])
 	lh.recycleLocked(op)
-	lh.deliverLocked(popped)
+	lh.deliverLocked(popped, nil)
 	if startChange {
 		go lh.changeEnsemble()
 	}
@@ -314,34 +322,39 @@ func (lh *Ledger) popLocked(dst []*addOp) []*addOp {
 	return dst
 }
 
-// deliverLocked hands popped adds to the application, in order: the caller holds mu; it takes
-// cbMu before releasing mu (so deliveries keep their order across goroutines), runs the
-// callbacks holding only cbMu, then lets the adds be recycled.
-func (lh *Ledger) deliverLocked(ops []*addOp) {
-	lh.cbMu.Lock()
-	lh.mu.Unlock()
-	lh.runCallbacks(ops)
-}
-
-// runCallbacks runs the callbacks of popped adds holding cbMu (taken by the caller, which
-// released mu), releases cbMu, then lets the adds be recycled.
-func (lh *Ledger) runCallbacks(ops []*addOp) {
-	for _, op := range ops {
-		id := op.entryID
-		if op.err != nil {
-			id = -1
-		}
-		op.done(id, op.err)
-	}
-	lh.cbMu.Unlock()
-	if len(ops) == 0 {
+// deliverLocked queues popped adds (in entry order, after those already queued) and the sends
+// that must go out before their callbacks run, then, unless another goroutine is delivering,
+// delivers until nothing is queued: sends first, then callbacks, with no lock held. The caller
+// holds mu; deliverLocked releases it.
+func (lh *Ledger) deliverLocked(ops []*addOp, sends []sendTarget) {
+	lh.toDeliver = append(lh.toDeliver, ops...)
+	lh.toSend = append(lh.toSend, sends...)
+	if lh.delivering {
+		lh.mu.Unlock()
 		return
 	}
-	lh.mu.Lock()
-	for _, op := range ops {
-		op.delivered = true
-		lh.recycleLocked(op)
+	lh.delivering = true
+	for len(lh.toDeliver) > 0 || len(lh.toSend) > 0 {
+		ops, sends := lh.toDeliver, lh.toSend
+		lh.toDeliver, lh.spareOps, lh.toSend = lh.spareOps, nil, nil
+		lh.mu.Unlock()
+		lh.send(sends)
+		for _, op := range ops {
+			id := op.entryID
+			if op.err != nil {
+				id = -1
+			}
+			op.done(id, op.err)
+		}
+		lh.mu.Lock()
+		for _, op := range ops {
+			op.delivered = true
+			lh.recycleLocked(op)
+		}
+		clear(ops)
+		lh.spareOps = ops[:0]
 	}
+	lh.delivering = false
 	lh.mu.Unlock()
 }
 
@@ -368,12 +381,13 @@ func (lh *Ledger) failLocked(err error) {
 	lh.changing = false
 	popped := lh.popLocked(nil)
 	lh.changing = wasChanging
-	// The caller holds mu and goes on with it: the failed adds are delivered by a goroutine,
-	// which takes mu and then cbMu, so they still come after any delivery already in progress.
-	if len(popped) > 0 {
+	// The caller holds mu and goes on with it: the failed adds are queued after any delivery
+	// in progress, and delivered by that goroutine or by a new one.
+	lh.toDeliver = append(lh.toDeliver, popped...)
+	if len(popped) > 0 && !lh.delivering {
 		go func() {
 			lh.mu.Lock()
-			lh.deliverLocked(popped)
+			lh.deliverLocked(nil, nil)
 		}()
 	}
 }
@@ -461,15 +475,11 @@ func (lh *Ledger) changeEnsemble() {
 }
 
 // finishChangeLocked sends, pops and delivers after an ensemble change; it unlocks mu. The
-// sends go out before any callback runs: an add that already has Qa acknowledgements is also
-// sent to the replacement bookie, and its callback releases the caller's buffer (the transport
-// copies the data while sending).
+// sends go out before the callbacks of the adds popped now run: an add that already has Qa
+// acknowledgements is also sent to the replacement bookie, and its callback releases the
+// caller's buffer (the transport copies the data while sending).
 func (lh *Ledger) finishChangeLocked(sends []sendTarget) {
-	popped := lh.popLocked(nil)
-	lh.cbMu.Lock()
-	lh.mu.Unlock()
-	lh.send(sends)
-	lh.runCallbacks(popped)
+	lh.deliverLocked(lh.popLocked(nil), sends)
 }
 
 // updateEnsemble writes the new ensemble into the metadata with compare-and-set, retrying on
