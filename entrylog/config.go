@@ -50,8 +50,9 @@ type Config struct {
 	// LargeReadBuffers is the number of read buffers that hold a record of MaxEntrySize (2):
 	// reads of larger records, and ReadAheads beyond ReadBufferSize, wait for one of them.
 	LargeReadBuffers int
-	// ReadHint is the stored-entry size a Read expects (1 KiB): its first read covers a record
-	// of this size, so typical entries take one read of one or two blocks.
+	// ReadHint is the stored-entry size a Read expects (1536: a 1 KiB payload with BookKeeper's
+	// header and digest, and room to spare): its first read covers a record of this size, so
+	// that a typical entry takes one read.
 	ReadHint int
 	// MaxOpenReadFiles bounds the read-only file handles kept open (256); idle ones are closed
 	// when it is reached.
@@ -73,7 +74,7 @@ func DefaultConfig(dir string) Config {
 		ReadBufferSize:   128 << 10,
 		ReadBuffers:      64,
 		LargeReadBuffers: 2,
-		ReadHint:         1 << 10,
+		ReadHint:         1536,
 		MaxOpenReadFiles: 256,
 	}
 }

@@ -94,7 +94,8 @@
 // this instance is writing, only what the last completed Flush covered may be read: a location
 // returned by Add is readable once the Flush after it has returned (the engine serves newer
 // entries from its write cache); before that, Read reports ErrBadLocation. A Read reads the
-// blocks that hold the record (its first read covers a record of ReadHint bytes), verifies both
+// sectors that hold the record (the device's direct-I/O alignment, 512 bytes on most, while
+// writes stay in 4 KiB blocks; its first read covers a record of ReadHint bytes), verifies both
 // CRCs and the ledger and entry ids. Damage is an error wrapping ErrCorrupt that names the file
 // and offset, never "not found".
 //

@@ -16,7 +16,7 @@ var errWrongEntry = errors.New("entrylog: record holds another entry")
 var errNotEntry = errors.New("entrylog: record is not an entry")
 
 // Read reads the stored entry of (ledgerID, entryID) at loc and appends it to dst. It reads the
-// aligned blocks that hold the record with O_DIRECT, verifies both checksums and that the record
+// aligned sectors that hold the record with O_DIRECT, verifies both checksums and that the record
 // is that entry. Damage of any kind (a checksum mismatch, another entry, no record at loc) is an
 // error wrapping ErrCorrupt that names the file and offset: never "not found". A location in a
 // log that does not exist gives ErrNoSuchLog; one outside the log's readable data (below the
@@ -31,7 +31,7 @@ func (e *EntryLog) Read(loc Location, ledgerID, entryID int64, dst []byte) ([]by
 	small, buf := e.small.get()
 	large := -1
 	defer e.putBuffers(small, &large)
-	c := cursor{f: h.f, align: int64(e.align), limit: limit, buf: buf}
+	c := cursor{f: h.f, align: int64(h.align), limit: limit, buf: buf}
 	off := loc.Offset()
 	rh, payload, err := e.readRecord(&c, h, off, recordHeaderSize+e.cfg.ReadHint, &large)
 	if err != nil {
@@ -63,7 +63,7 @@ func (e *EntryLog) ReadAhead(loc Location, maxBytes int, fn func(ledgerID, entry
 	small, buf := e.small.get()
 	large := -1
 	defer e.putBuffers(small, &large)
-	c := cursor{f: h.f, align: int64(e.align), limit: limit, buf: buf}
+	c := cursor{f: h.f, align: int64(h.align), limit: limit, buf: buf}
 	off := loc.Offset()
 	end := off + int64(max(maxBytes, 0))
 	rh, payload, err := e.readRecord(&c, h, off, max(recordHeaderSize+e.cfg.ReadHint, maxBytes), &large)
@@ -82,7 +82,7 @@ func (e *EntryLog) ReadAhead(loc Location, maxBytes int, fn func(ledgerID, entry
 		if err != nil || pos+rh.size() > end || pos+rh.size() > limit || rh.typ == recordLedgersMap {
 			break
 		}
-		if large < 0 && diskio.AlignUp(pos+rh.size(), e.align)-diskio.AlignDown(pos, e.align) > int64(len(c.buf)) {
+		if large < 0 && diskio.AlignUp(pos+rh.size(), h.align)-diskio.AlignDown(pos, h.align) > int64(len(c.buf)) {
 			i, buf := e.large.get()
 			large = i
 			c.buf, c.n = buf, 0
@@ -133,7 +133,7 @@ func (e *EntryLog) readRecord(c *cursor, h *readHandle, off int64, minRead int, 
 		return rh, nil, corruptf(h.path, off, fmt.Errorf("%w: the record ends at %d, past the flushed data at %d",
 			errShortRecord, off+size, c.limit))
 	}
-	if need := diskio.AlignUp(off+size, e.align) - diskio.AlignDown(off, e.align); need > int64(len(c.buf)) {
+	if need := diskio.AlignUp(off+size, h.align) - diskio.AlignDown(off, h.align); need > int64(len(c.buf)) {
 		i, buf := e.large.get()
 		*large = i
 		c.buf, c.n = buf, 0

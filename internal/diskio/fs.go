@@ -40,7 +40,8 @@ type FS interface {
 	List(dir string) ([]string, error)
 	// SyncDir makes the directory's entries (creates, renames, removes) durable.
 	SyncDir(dir string) error
-	// Alignment is the buffer, offset and length alignment that direct I/O needs under dir.
+	// Alignment is the buffer, offset and length alignment that direct I/O needs for files
+	// under dir; dir may also name a file (some file systems report it only for files).
 	Alignment(dir string) int
 	// Usage reports the total and free bytes of the file system holding dir.
 	Usage(dir string) (total, free uint64, err error)
