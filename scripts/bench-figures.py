@@ -6,12 +6,16 @@ physlimit again. Writes every JSON result under --out and prints medians and rat
     go build -o /tmp/rk ./cmd/ringkeeper
     scripts/bench-figures.py --dir /path/on/the/disk --binary /tmp/rk --out /tmp/figures [--reps 3]
 
+With --ledger-dir on a second device, `bench storage` puts its entry logs and index there (the
+journal stays under --dir), as BookKeeper is deployed; physlimit measures --dir.
+
 Needs fio (apt-get install -y fio) for ../shared/tools/physlimit.
 """
 import argparse, json, os, shutil, subprocess, sys
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--dir", required=True, help="data directory on the disk being measured")
+ap.add_argument("--ledger-dir", default="", help="bench storage's ledger directory (default: --dir)")
 ap.add_argument("--binary", default="./ringkeeper")
 ap.add_argument("--out", required=True, help="directory for the JSON results and profiles")
 ap.add_argument("--reps", type=int, default=3)
@@ -92,11 +96,12 @@ def gobench(name, pkg, pattern, benchtime="3s", count=3):
 
 
 D = args.dir
+L = args.ledger_dir or D
 JT = ["bench", "journal", "--dir", D, "--duration", "10s", "--warmup", "3s", "--max-file-mb", "256",
       "--max-backups", "1", "--group-bytes", "1048576", "--writers", "256", "--outstanding", "16", "--entry-size", "1024"]
 JL = ["bench", "journal", "--dir", D, "--duration", "5s", "--warmup", "2s", "--max-file-mb", "16",
       "--max-backups", "1", "--writers", "1", "--outstanding", "1", "--entry-size", "1024"]
-ST_BASE = ["bench", "storage", "--journal-dir", D, "--ledger-dir", D, "--duration", "10s", "--warmup", "3s",
+ST_BASE = ["bench", "storage", "--journal-dir", D, "--ledger-dir", L, "--duration", "10s", "--warmup", "3s",
            "--entry-size", "1024"]
 ST = ST_BASE + ["--writers", "256", "--outstanding", "16", "--ledgers", "256", "--group-bytes", "1048576",
                 "--write-cache-mb", "256"]
@@ -129,7 +134,7 @@ if want("storage"):
 
 if want("compaction"):
     for _ in range(args.reps):
-        run("storage-compaction", ["bench", "storage", "--journal-dir", D, "--ledger-dir", D, "--compaction",
+        run("storage-compaction", ["bench", "storage", "--journal-dir", D, "--ledger-dir", L, "--compaction",
                                    "--duration", "15s", "--writers", "64", "--outstanding", "16", "--ledgers", "64"])
 
 if want("server"):
