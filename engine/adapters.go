@@ -92,6 +92,11 @@ func (a logAdapter) Add(ledgerID, entryID int64, entry []byte) (uint64, error) {
 	return uint64(loc), err
 }
 
+func (a logAdapter) AddChecksummed(ledgerID, entryID int64, entry []byte, crc uint32) (uint64, error) {
+	loc, err := a.l.AddChecksummed(ledgerID, entryID, entry, crc)
+	return uint64(loc), err
+}
+
 func (a logAdapter) Flush() error { return a.l.Flush() }
 
 func (a logAdapter) Read(loc uint64, ledgerID, entryID int64, dst []byte) ([]byte, error) {

@@ -80,15 +80,15 @@ func (d *ledgerDir) signalSpace() {
 // make room when both halves are full. With journaled set, the half's pendingJournal count is
 // raised before the half can be sealed, and the returned slice (the cached copy) stays valid
 // until the caller calls pendingJournal.Done.
-func (d *ledgerDir) put(ledger, entry int64, data []byte, journaled, wait bool) (*cacheHalf, []byte, error) {
+func (d *ledgerDir) put(ledger, entry int64, data []byte, journaled, wait bool) (*cacheHalf, []byte, uint32, error) {
 	var deadline time.Time
 	for {
 		h := d.active.Load()
-		if mem, ok := h.put(ledger, entry, data, journaled); ok {
-			return h, mem, nil
+		if mem, crc, ok := h.put(ledger, entry, data, journaled); ok {
+			return h, mem, crc, nil
 		}
 		if err := d.e.Err(); err != nil {
-			return nil, nil, err
+			return nil, nil, 0, err
 		}
 		space := d.spaceSignal()
 		if d.active.Load() != h {
@@ -96,7 +96,7 @@ func (d *ledgerDir) put(ledger, entry int64, data []byte, journaled, wait bool) 
 		}
 		d.e.requestCheckpoint()
 		if !wait {
-			return nil, nil, errWouldBlock
+			return nil, nil, 0, errWouldBlock
 		}
 		now := time.Now()
 		if deadline.IsZero() {
@@ -105,7 +105,7 @@ func (d *ledgerDir) put(ledger, entry int64, data []byte, journaled, wait bool) 
 		}
 		if !now.Before(deadline) {
 			d.stats.rejectedAdds.Add(1)
-			return nil, nil, fmt.Errorf("%w: both write-cache halves of %s are full", ErrTooManyRequests, d.path)
+			return nil, nil, 0, fmt.Errorf("%w: both write-cache halves of %s are full", ErrTooManyRequests, d.path)
 		}
 		t := time.NewTimer(deadline.Sub(now))
 		select {
@@ -113,7 +113,7 @@ func (d *ledgerDir) put(ledger, entry int64, data []byte, journaled, wait bool) 
 		case <-t.C:
 		case <-d.e.closing:
 			t.Stop()
-			return nil, nil, ErrClosed
+			return nil, nil, 0, ErrClosed
 		}
 		t.Stop()
 	}
@@ -268,7 +268,7 @@ func (d *ledgerDir) flush() (err error) {
 	d.scratch = h.sorted(d.scratch[:0])
 	for _, s := range d.scratch {
 		data := h.memory(s.slot.offset, s.slot.length)
-		loc, err := d.log.Add(s.key.ledger, s.key.entry, data)
+		loc, err := d.log.AddChecksummed(s.key.ledger, s.key.entry, data, s.slot.crc)
 		if err != nil {
 			return d.flushFailed(h, fmt.Errorf("%w: entry log of %s: %w", ErrIO, d.path, err))
 		}

@@ -397,13 +397,14 @@ func (e *Engine) add(masterKey, stored []byte, recovery bool, done func(ctx any,
 	if l.fenced.Load() && !recovery {
 		return fmt.Errorf("%w: ledger %d", ErrFenced, ledgerID)
 	}
-	half, mem, err := e.dir(ledgerID).put(ledgerID, entryID, stored, true, wait)
+	half, mem, crc, err := e.dir(ledgerID).put(ledgerID, entryID, stored, true, wait)
 	if err != nil {
 		return err
 	}
 	op := e.addOps.Get().(*addOp)
 	op.half, op.done, op.ctx, op.e = half, done, ctx, e
 	op.entry.Type, op.entry.LedgerID, op.entry.EntryID, op.entry.Payload = journal.RecordData, ledgerID, entryID, mem
+	op.entry.SetPayloadCRC(crc)
 	if err := e.journals.For(ledgerID).Append(&op.entry); err != nil {
 		half.pendingJournal.Done()
 		op.half, op.done, op.ctx = nil, nil, nil

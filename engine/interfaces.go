@@ -8,6 +8,8 @@ import "context"
 // garbage collector uses the rest.
 type entryLog interface {
 	Add(ledgerID, entryID int64, entry []byte) (uint64, error)
+	// AddChecksummed is Add with the entry's CRC32C computed by the caller.
+	AddChecksummed(ledgerID, entryID int64, entry []byte, crc uint32) (uint64, error)
 	Flush() error
 	Read(loc uint64, ledgerID, entryID int64, dst []byte) ([]byte, error)
 	ReadAhead(loc uint64, maxBytes int, fn func(ledgerID, entryID int64, entry []byte, loc uint64) bool) error

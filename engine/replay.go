@@ -81,7 +81,7 @@ func (e *Engine) apply(r *journal.Record) (bool, error) {
 		}
 		d := e.dir(ledgerID)
 		for {
-			if _, ok := d.active.Load().put(ledgerID, entryID, r.Payload, false); ok {
+			if _, _, ok := d.active.Load().put(ledgerID, entryID, r.Payload, false); ok {
 				return true, nil
 			}
 			if err := d.flush(); err != nil {

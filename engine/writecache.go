@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"encoding/binary"
+	"hash/crc32"
 	"runtime"
 	"slices"
 	"sync"
@@ -26,11 +27,17 @@ const maxDenseGap = 4096
 // entryKey identifies an entry.
 type entryKey struct{ ledger, entry int64 }
 
-// cacheSlot locates an entry inside a half's memory; length < 0 marks an absent entry.
+// cacheSlot locates an entry inside a half's memory; length < 0 marks an absent entry. crc is
+// the entry's CRC32C in the write cache, computed once when it is copied in: the journal and
+// the entry log take it instead of computing their own (the read cache leaves it 0).
 type cacheSlot struct {
 	offset int64
 	length int32
+	crc    uint32
 }
+
+// castagnoli is the CRC32C table of the journal's and the entry log's record checksums.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // ledgerSlots indexes one ledger's entries in a half. A ledger's entries mostly arrive in
 // order, so they go into a dense slice indexed by entry-first: appends touch consecutive memory,
@@ -179,24 +186,25 @@ func (h *cacheHalf) memory(offset int64, length int32) []byte {
 // put copies data into the half and returns the copy. It returns false if the half is sealed
 // or full; the caller then moves to the other half. With journaled, pendingJournal is raised
 // before the half can be sealed, so the copy outlives the journal's use of it.
-func (h *cacheHalf) put(ledger, entry int64, data []byte, journaled bool) ([]byte, bool) {
+func (h *cacheHalf) put(ledger, entry int64, data []byte, journaled bool) ([]byte, uint32, bool) {
 	h.writers.Add(1)
 	defer h.writers.Add(-1)
 	if h.sealed.Load() {
-		return nil, false
+		return nil, 0, false
 	}
 	off, ok := h.allocate(int64(len(data)))
 	if !ok {
-		return nil, false
+		return nil, 0, false
 	}
 	mem := h.memory(off, int32(len(data)))
 	copy(mem, data)
+	crc := crc32.Checksum(mem, castagnoli)
 	if journaled {
 		h.pendingJournal.Add(1)
 	}
 	ls := h.slots(ledger)
 	ls.mu.Lock()
-	old, replaced := ls.set(entry, cacheSlot{offset: off, length: int32(len(data))})
+	old, replaced := ls.set(entry, cacheSlot{offset: off, length: int32(len(data)), crc: crc})
 	ls.mu.Unlock()
 	if replaced {
 		h.bytes.Add(int64(len(data)) - int64(old.length))
@@ -204,7 +212,7 @@ func (h *cacheHalf) put(ledger, entry int64, data []byte, journaled bool) ([]byt
 		h.count.Add(1)
 		h.bytes.Add(int64(len(data)))
 	}
-	return mem, true
+	return mem, crc, true
 }
 
 // slots returns the ledger's index in the half, creating it if needed.

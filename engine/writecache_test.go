@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"hash/crc32"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -13,7 +14,7 @@ func TestWriteCacheHalfOrderGapsAndSparse(t *testing.T) {
 	want := map[entryKey][]byte{}
 	put := func(l, e int64) {
 		data := storedEntry(l, e)
-		if _, ok := h.put(l, e, data, false); !ok {
+		if _, _, ok := h.put(l, e, data, false); !ok {
 			t.Fatalf("put %d/%d failed", l, e)
 		}
 		want[entryKey{l, e}] = data
@@ -55,6 +56,12 @@ func TestWriteCacheHalfOrderGapsAndSparse(t *testing.T) {
 	}) {
 		t.Fatal("flush order is not (ledger, entry)")
 	}
+	for _, se := range sorted { // the CRC the flush hands to the entry log is the entry's
+		if data := h.memory(se.slot.offset, se.slot.length); se.slot.crc != crc32.Checksum(data, castagnoli) ||
+			!bytes.Equal(data, want[se.key]) {
+			t.Fatalf("entry %v: slot CRC %#x does not match its bytes", se.key, se.slot.crc)
+		}
+	}
 	h.reset()
 	if _, ok := h.get(1, 10, nil); ok || !h.empty() {
 		t.Fatal("reset left entries behind")
@@ -66,7 +73,7 @@ func TestWriteCacheHalfFillsAndRefusesWhenSealed(t *testing.T) {
 	data := make([]byte, 5000)
 	n := 0
 	for {
-		if _, ok := h.put(1, int64(n), data, false); !ok {
+		if _, _, ok := h.put(1, int64(n), data, false); !ok {
 			break
 		}
 		n++
@@ -77,7 +84,7 @@ func TestWriteCacheHalfFillsAndRefusesWhenSealed(t *testing.T) {
 	}
 	h2 := newCacheHalf(64<<10, 16<<10)
 	h2.seal()
-	if _, ok := h2.put(1, 0, data, false); ok {
+	if _, _, ok := h2.put(1, 0, data, false); ok {
 		t.Fatal("a sealed half took an entry")
 	}
 }
@@ -91,7 +98,7 @@ func TestWriteCacheHalfConcurrentPuts(t *testing.T) {
 			for i := range 2000 {
 				l := int64(rng.IntN(4))
 				e := int64(w*2000 + i)
-				if _, ok := h.put(l, e, storedEntry(l, e), false); !ok {
+				if _, _, ok := h.put(l, e, storedEntry(l, e), false); !ok {
 					t.Errorf("put failed")
 					return
 				}
@@ -115,7 +122,7 @@ func BenchmarkWriteCachePut(b *testing.B) {
 	fill := func(n int) {
 		for i := 0; i < n; i++ {
 			l := int64(i % ledgers)
-			if _, ok := h.put(l, next[l], data, false); !ok {
+			if _, _, ok := h.put(l, next[l], data, false); !ok {
 				h.seal()
 				h.reset()
 				next = [ledgers]int64{}

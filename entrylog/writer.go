@@ -116,6 +116,13 @@ func (w *writer) init(e *EntryLog) error {
 // and returns its location. The entry is copied; the caller may reuse it at once. The location
 // may be read only after the next Flush has returned. Single-writer: see EntryLog.
 func (e *EntryLog) Add(ledgerID, entryID int64, entry []byte) (Location, error) {
+	return e.AddChecksummed(ledgerID, entryID, entry, payloadChecksum(entry))
+}
+
+// AddChecksummed is Add for a caller that has computed the entry's CRC32C (Castagnoli)
+// already, as the engine does once when an entry enters its write cache. crc must be right:
+// a wrong one makes the record read back as corrupt.
+func (e *EntryLog) AddChecksummed(ledgerID, entryID int64, entry []byte, crc uint32) (Location, error) {
 	w := &e.w
 	if w.err != nil {
 		return 0, w.err
@@ -131,7 +138,7 @@ func (e *EntryLog) Add(ledgerID, entryID int64, entry []byte) (Location, error) 
 	}
 	l := w.log
 	off := w.pos()
-	putRecordHeader(w.hdr[:], l.salt, recordData, uint64(ledgerID), uint64(entryID), len(entry), payloadChecksum(entry))
+	putRecordHeader(w.hdr[:], l.salt, recordData, uint64(ledgerID), uint64(entryID), len(entry), crc)
 	if err := w.put(w.hdr[:]); err != nil {
 		return 0, err
 	}

@@ -38,6 +38,20 @@ type Entry struct {
 	Ctx any
 
 	payloadCRC uint32
+	crcSet     bool // SetPayloadCRC was called since the last Append
+}
+
+// SetPayloadCRC gives Append the CRC32C (Castagnoli) of Payload, for a caller that computed
+// it already; Append then does not compute it. It holds for the next Append only. A wrong crc
+// makes the record fail its check at replay.
+func (e *Entry) SetPayloadCRC(crc uint32) { e.payloadCRC, e.crcSet = crc, true }
+
+// sealPayload makes sure payloadCRC is Payload's CRC32C.
+func (e *Entry) sealPayload() {
+	if !e.crcSet {
+		e.payloadCRC = payloadChecksum(e.Payload)
+	}
+	e.crcSet = false
 }
 
 // Stats are cumulative counters. Safe to read at any time.
@@ -190,7 +204,7 @@ func (j *Journal) Append(e *Entry) error {
 	if err := j.Err(); err != nil {
 		return err
 	}
-	e.payloadCRC = payloadChecksum(e.Payload)
+	e.sealPayload()
 	return j.q.push(e)
 }
 
@@ -200,7 +214,7 @@ func (j *Journal) AppendBatch(es []*Entry) error {
 		if len(e.Payload) > j.cfg.MaxRecordSize {
 			return fmt.Errorf("%w: %d bytes, limit %d", ErrRecordTooLarge, len(e.Payload), j.cfg.MaxRecordSize)
 		}
-		e.payloadCRC = payloadChecksum(e.Payload)
+		e.sealPayload()
 	}
 	if err := j.Err(); err != nil {
 		return err

@@ -671,3 +671,47 @@ func TestZeroFillPreallocation(t *testing.T) {
 		}
 	}
 }
+
+// TestSetPayloadCRCHoldsForOneAppend: a CRC given with SetPayloadCRC is used (a wrong one is
+// caught at replay: a record that fails its check ends the readable journal), and it does not
+// stick to a pooled Entry reused for another payload.
+func TestSetPayloadCRCHoldsForOneAppend(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := memConfig(fs)
+	j, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	e := &Entry{Type: RecordData, Done: func(_ *Entry, err error) { done <- err }}
+	for i := range int64(3) {
+		e.LedgerID, e.EntryID, e.Payload = 1, i, testPayload(1, i, payloadSize(1, i))
+		if i == 0 {
+			e.SetPayloadCRC(payloadChecksum(e.Payload)) // given, right
+		} // later appends reuse e without it: Append computes theirs
+		if err := j.Append(e); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.LedgerID, e.EntryID, e.Payload = 1, 3, testPayload(1, 3, payloadSize(1, 3))
+	e.SetPayloadCRC(payloadChecksum(e.Payload) + 1) // given, wrong
+	if err := j.Append(e); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	seen, _, err := replayAll(t, fs, cfg.Dir, Mark{})
+	for i := range int64(3) {
+		if seen[key{1, i}] != 1 {
+			t.Errorf("entry %d replayed %d times, want once (err %v)", i, seen[key{1, i}], err)
+		}
+	}
+	if seen[key{1, 3}] != 0 {
+		t.Errorf("the record with a wrong CRC replayed")
+	}
+}
