@@ -23,7 +23,9 @@
 //     before any data record of the ledger can be queued.
 //  2. The stored entry is copied into the active write-cache half: an atomic bump allocation in
 //     preallocated segments (no half-wide lock) and an insert into one of 64 xxhash-sharded index
-//     maps, which also track each ledger's last entry.
+//     maps, which also track each ledger's last entry. Its CRC32C is computed once, there: the
+//     journal record and, at the flush, the entry-log record carry it without checksumming the
+//     entry again.
 //  3. The journal record points at that copy (no second copy in the engine); the half cannot be
 //     recycled until the journal has finished with it. The caller's callback runs after the
 //     journal write that holds the record is durable.

@@ -38,7 +38,7 @@
 //	+-------+--------+----+-------+-----------+-----------+------------+-----------------+
 //	hcrc = CRC32C of bytes [4,32), seeded with CRC32C(LE u64 logId): a record verifies only in
 //	the log it was written for, so bytes of another log never pass for a record of this one.
-//	payloadCRC = CRC32C(payload).
+//	payloadCRC = CRC32C(payload), computed by Add (or given to AddChecksummed).
 //	type 1, data:        a = ledgerId, b = entryId, payload = the stored entry (opaque, at most
 //	                     MaxEntrySize bytes). Its Location is (logId << 32) | offset of hcrc.
 //	type 2, padding:     a = durable claim, b = 0, payloadCRC = 0, payload = zeros up to the

@@ -26,7 +26,8 @@
 //	+-------+--------+----+---------+-----------+-----------+------------+----------------+
 //	hcrc = CRC32C of bytes [4,32) seeded with CRC32C(fileID): a record is valid only in the file
 //	it was written for, so stale bytes of a reused or preallocated file never verify.
-//	payloadCRC = CRC32C(payload), computed by the producer in Append.
+//	payloadCRC = CRC32C(payload), computed by the producer in Append (or given with
+//	Entry.SetPayloadCRC).
 //	type: 1 data (payload = stored entry), 2 ledger key (payload = master key), 3 fence,
 //	4 explicit LAC (payload = LAC packet), 5 padding (group trailer), 6 file end.
 //

@@ -80,7 +80,8 @@ func fileSalt(fileID uint64) uint32 {
 }
 
 // payloadChecksum is the CRC32C of a record payload. Producers compute it in Append, in
-// parallel, so that the writer goroutine only checksums the 28 header bytes.
+// parallel (or hand it in with Entry.SetPayloadCRC), so that the writer goroutine only
+// checksums the 28 header bytes.
 func payloadChecksum(p []byte) uint32 { return crc32.Checksum(p, castagnoli) }
 
 // putRecordHeader encodes and seals a record header at dst[:recordHeaderSize].
