@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -26,11 +27,22 @@ func quorumFlags(f *pflag.FlagSet, ensemble, writeQuorum, ackQuorum *int) {
 	f.IntVar(ackQuorum, "ack-quorum", *ackQuorum, "ack quorum")
 }
 
-func physlimitDir(t bench.Target) string {
-	if t.DataDir != "" {
-		return t.DataDir
+// physlimitDir is where --physlimit measures the disk: the data dir, or the temporary
+// directory that a run without one uses.
+func physlimitDir(dataDir string) string {
+	if dataDir != "" {
+		return dataDir
 	}
 	return os.TempDir()
+}
+
+// workloadRunE is the RunE of a workload command: --physlimit measures *dataDir (read once the
+// flags are parsed), then workload runs and its result is printed.
+func workloadRunE(out *output, dataDir *string, progress *io.Writer, workload func(context.Context) (*bench.Result, error)) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		_, err := out.run(cmd.Context(), physlimitDir(*dataDir), progress, workload)
+		return err
+	}
 }
 
 func benchWriteCommand() *cobra.Command {
@@ -39,12 +51,9 @@ func benchWriteCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "write",
 		Short: "Clients append to ledgers over the network",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := out.run(cmd.Context(), physlimitDir(o.Target), &o.Progress, func(ctx context.Context) (*bench.Result, error) {
-				return bench.RunWrite(ctx, o)
-			})
-			return err
-		},
+		RunE: workloadRunE(&out, &o.Target.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+			return bench.RunWrite(ctx, o)
+		}),
 	}
 	f := cmd.Flags()
 	targetFlags(f, &o.Target)
@@ -67,12 +76,9 @@ func benchServerCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Raw v2-protocol connections pipeline adds to one bookie (no client library)",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := out.run(cmd.Context(), physlimitDir(bench.Target{DataDir: o.DataDir}), &o.Progress, func(ctx context.Context) (*bench.Result, error) {
-				return bench.RunServer(ctx, o)
-			})
-			return err
-		},
+		RunE: workloadRunE(&out, &o.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+			return bench.RunServer(ctx, o)
+		}),
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Bookie, "bookie", "", "address of a running bookie (host:port)")
@@ -95,12 +101,9 @@ func benchReadCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "read",
 		Short: "Catch-up reads of ledgers written first (sequential or random)",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := out.run(cmd.Context(), physlimitDir(o.Target), &o.Progress, func(ctx context.Context) (*bench.Result, error) {
-				return bench.RunRead(ctx, o)
-			})
-			return err
-		},
+		RunE: workloadRunE(&out, &o.Target.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+			return bench.RunRead(ctx, o)
+		}),
 	}
 	f := cmd.Flags()
 	targetFlags(f, &o.Target)
@@ -123,12 +126,9 @@ func benchTailCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tail",
 		Short: "Readers follow writers; latency is from append to read",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := out.run(cmd.Context(), physlimitDir(o.Target), &o.Progress, func(ctx context.Context) (*bench.Result, error) {
-				return bench.RunTail(ctx, o)
-			})
-			return err
-		},
+		RunE: workloadRunE(&out, &o.Target.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+			return bench.RunTail(ctx, o)
+		}),
 	}
 	f := cmd.Flags()
 	targetFlags(f, &o.Target)
@@ -154,7 +154,7 @@ func benchStressCommand() *cobra.Command {
 acknowledged entry of every ledger that was not deleted is recovered and read back; any loss is an
 error and the command fails.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			res, err := out.run(cmd.Context(), physlimitDir(o.Target), &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+			res, err := out.run(cmd.Context(), physlimitDir(o.DataDir), &o.Progress, func(ctx context.Context) (*bench.Result, error) {
 				return bench.RunStress(ctx, o)
 			})
 			if err == nil && res.Errors > 0 {

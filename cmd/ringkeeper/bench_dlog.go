@@ -46,12 +46,9 @@ func benchDlogWriteCommand() *cobra.Command {
 records unacknowledged (or at --rate), batched into entries of up to --buffer-size bytes with at most
 --in-flight entries in flight. With --baseline it first appends --record-size entries straight to a
 ledger with --in-flight appends in flight, on the same cluster, as the result's baseline.`,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := out.run(cmd.Context(), physlimitDir(o.Target), &o.Progress, func(ctx context.Context) (*bench.Result, error) {
-				return dlogbench.RunWrite(ctx, o)
-			})
-			return err
-		},
+		RunE: workloadRunE(&out, &o.Target.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+			return dlogbench.RunWrite(ctx, o)
+		}),
 	}
 	f := cmd.Flags()
 	dlogFlags(f, &o)
@@ -66,12 +63,9 @@ func benchDlogTailCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tail",
 		Short: "Readers follow a log from its tail; latency is from write to read",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := out.run(cmd.Context(), physlimitDir(o.Target), &o.Progress, func(ctx context.Context) (*bench.Result, error) {
-				return dlogbench.RunTail(ctx, o)
-			})
-			return err
-		},
+		RunE: workloadRunE(&out, &o.Target.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+			return dlogbench.RunTail(ctx, o)
+		}),
 	}
 	f := cmd.Flags()
 	dlogFlags(f, &o)
