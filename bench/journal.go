@@ -100,6 +100,36 @@ var benchClock = time.Now()
 
 func benchNow() int64 { return int64(time.Since(benchClock)) }
 
+// pacer spaces one goroutine's operations so that goroutines of them together run at rate per
+// second (open loop); a rate of 0 is a closed loop. Each operation's latency counts from the
+// time it was due, so a system that falls behind is not hidden by waiting for it.
+type pacer struct{ interval, next int64 }
+
+func newPacer(rate float64, goroutines int) pacer {
+	p := pacer{next: benchNow()}
+	if rate > 0 {
+		p.interval = int64(float64(time.Second) * float64(goroutines) / rate)
+	}
+	return p
+}
+
+// closedLoop says that operations go out as soon as the previous ones complete.
+func (p *pacer) closedLoop() bool { return p.interval == 0 }
+
+// wait waits until the next operation is due and returns when it was due (now, in a closed loop).
+func (p *pacer) wait() int64 {
+	now := benchNow()
+	if p.interval == 0 {
+		return now
+	}
+	if d := p.next - now; d > 0 {
+		time.Sleep(time.Duration(d))
+	}
+	due := p.next
+	p.next += p.interval
+	return due
+}
+
 func journalDone(e *journal.Entry, err error) {
 	be := e.Ctx.(*benchEntry)
 	if err != nil {

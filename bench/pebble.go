@@ -51,21 +51,10 @@ func RunPebbleBaseline(ctx context.Context, o JournalOptions) (*Result, error) {
 		wg.Go(func() {
 			var key [16]byte
 			binary.BigEndian.PutUint64(key[:], uint64(g))
-			var interval int64
-			if o.Rate > 0 {
-				interval = int64(float64(time.Second) * float64(o.Writers*o.Outstanding) / o.Rate)
-			}
-			sched := benchNow()
+			pace := newPacer(o.Rate, o.Writers*o.Outstanding)
 			for seq := uint64(0); runCtx.Err() == nil; seq++ {
 				binary.BigEndian.PutUint64(key[8:], seq)
-				start := benchNow()
-				if interval > 0 {
-					if wait := sched - start; wait > 0 {
-						time.Sleep(time.Duration(wait))
-					}
-					start = sched
-					sched += interval
-				}
+				start := pace.wait()
 				if err := db.Set(key[:], payload, pebble.Sync); err != nil {
 					rec.Error()
 					return

@@ -221,11 +221,7 @@ func RunStorage(ctx context.Context, o StorageOptions) (adds, reads *Result, err
 		}
 		frees[w] = free
 		wg.Go(func() {
-			var interval int64
-			if o.Rate > 0 {
-				interval = int64(float64(time.Second) * float64(o.Writers) / o.Rate)
-			}
-			sched := benchNow()
+			pace := newPacer(o.Rate, o.Writers)
 			ledger := w % o.Ledgers
 			for {
 				a := <-free
@@ -233,14 +229,7 @@ func RunStorage(ctx context.Context, o StorageOptions) (adds, reads *Result, err
 					free <- a
 					return
 				}
-				a.sent = benchNow()
-				if interval > 0 {
-					if wait := sched - a.sent; wait > 0 {
-						time.Sleep(time.Duration(wait))
-					}
-					a.sent = sched
-					sched += interval
-				}
+				a.sent = pace.wait()
 				id, entry := int64(ledger), int64(0)
 				if roller != nil {
 					id, entry = roller.next(ledger)
