@@ -1,16 +1,23 @@
 package index
 
 import (
-	"encoding/binary"
+	"cmp"
+	"errors"
 	"fmt"
+	"slices"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
 )
 
 // Batch collects writes to commit atomically: after a crash either all of a committed batch
 // is there or none of it (and with sync, all of it). A Batch is used by one goroutine at a
-// time and is reusable: Commit and Reset empty it and keep its buffer (up to
+// time and is reusable: Commit and Reset empty it and keep its buffers (up to
 // Config.MaxRetainedBatchBytes), so a checkpoint's locations cost no allocation per entry.
+//
+// Locations are collected as they come and turned into runs by Commit, which merges them with
+// the runs already stored that they overlap (see doc.go). Operations apply in call order: a
+// DeleteLedger drops the ledger's earlier locations in the batch, not its later ones.
 //
 // The Put and Delete methods do not return errors: a bad argument (a negative id, an
 // oversized value) is remembered, and Commit then returns it and writes nothing.
@@ -18,17 +25,31 @@ type Batch struct {
 	ix  *Index
 	pb  *pebble.Batch
 	err error // first bad argument since the last Commit or Reset
-	key [locationKeyLen]byte
-	end [locationKeyLen]byte
-	val [locationLen]byte
-	buf []byte // ledger state encoding scratch
+	key [runKeyLen]byte
+	buf []byte // value encoding scratch
+
+	// puts are the PutLocation calls since the last Commit or Reset, in call order until
+	// Commit sorts them; seq numbers every call, and deleted maps a ledger to the seq of its
+	// last DeleteLedger in the batch.
+	puts    []put
+	seq     int
+	deleted map[int64]int
+	// Scratch of Commit's merges.
+	news, olds, merged []pair
+}
+
+type put struct {
+	ledger, entry int64
+	loc           uint64
+	seq           int
 }
 
 // NewBatch returns an empty batch. Close it when done.
 func (ix *Index) NewBatch() *Batch {
 	return &Batch{
-		ix: ix,
-		pb: ix.db.NewBatch(pebble.WithMaxRetainedSizeBytes(ix.cfg.MaxRetainedBatchBytes)),
+		ix:      ix,
+		pb:      ix.db.NewBatch(pebble.WithMaxRetainedSizeBytes(ix.cfg.MaxRetainedBatchBytes)),
+		deleted: make(map[int64]int),
 	}
 }
 
@@ -44,11 +65,8 @@ func (b *Batch) PutLocation(ledgerID, entryID int64, loc uint64) {
 		b.fail(fmt.Errorf("%w: ledger %d entry %d", ErrBadID, ledgerID, entryID))
 		return
 	}
-	putLocationKey(b.key[:], ledgerID, entryID)
-	binary.BigEndian.PutUint64(b.val[:], loc)
-	// Set copies key and value into the batch; it fails only past pebble's 4 GiB limit, where
-	// it panics instead.
-	_ = b.pb.Set(b.key[:], b.val[:], nil)
+	b.puts = append(b.puts, put{ledger: ledgerID, entry: entryID, loc: loc, seq: b.seq})
+	b.seq++
 }
 
 // PutLedger stores the whole state of ledgerID, replacing any earlier one.
@@ -75,29 +93,37 @@ func (b *Batch) DeleteLedger(ledgerID int64) {
 	}
 	putLedgerKey(b.key[:ledgerKeyLen], ledgerID)
 	_ = b.pb.Delete(b.key[:ledgerKeyLen], nil)
-	var bounds [2 * locationKeyLen]byte
+	var bounds [2 * runKeyLen]byte
 	lower, upper := putLedgerBounds(bounds[:], ledgerID, 0)
 	_ = b.pb.DeleteRange(lower, upper, nil)
+	b.deleted[ledgerID] = b.seq
+	b.seq++
 }
 
 // Len returns the number of operations in the batch (a DeleteLedger counts as two).
-func (b *Batch) Len() int { return int(b.pb.Count()) }
+func (b *Batch) Len() int { return int(b.pb.Count()) + len(b.puts) }
 
 // Commit applies the batch and empties it for reuse. With sync, Commit returns only after
 // pebble's WAL is fsynced: the batch, and every batch committed before it, then survives a
 // crash or a power loss. Without sync, the batch is visible to look-ups at once but may be
 // lost in a crash (a later synced commit makes it durable too). Committing an empty batch
 // with sync still syncs the WAL. If a Put or Delete had a bad argument, Commit writes nothing
-// and returns that error; the batch is emptied either way.
+// and returns that error; the batch is emptied either way. Commits of one index run one at a
+// time (a commit reads the runs it merges with).
 func (b *Batch) Commit(sync bool) error {
+	defer b.Reset()
 	if err := b.err; err != nil {
-		b.Reset()
 		return err
 	}
 	if !b.ix.enter() {
 		return ErrClosed
 	}
 	defer b.ix.exit()
+	b.ix.commitMu.Lock()
+	defer b.ix.commitMu.Unlock()
+	if err := b.writeRuns(); err != nil {
+		return fmt.Errorf("index: commit: %w", err)
+	}
 	opts := pebble.NoSync
 	if sync {
 		opts = pebble.Sync
@@ -112,14 +138,116 @@ func (b *Batch) Commit(sync bool) error {
 	if err := b.pb.Commit(opts); err != nil {
 		return fmt.Errorf("index: commit: %w", wrapPebble(err))
 	}
-	b.pb.Reset()
 	return nil
 }
 
-// Reset discards the batch's contents (and any remembered error), keeping its buffer.
+// writeRuns turns the batch's locations into runs in pb: for each ledger, the new locations
+// merged with the stored runs they overlap (which are deleted and rewritten), cut into runs
+// of at most maxRunEntries. Runs of a ledger never overlap, so that a look-up finds an entry
+// in the one run that ends at or after it.
+func (b *Batch) writeRuns() error {
+	if len(b.puts) == 0 {
+		return nil
+	}
+	byID := func(x, y put) int {
+		return cmp.Or(cmp.Compare(x.ledger, y.ledger), cmp.Compare(x.entry, y.entry))
+	}
+	// A flush adds in order already; a stable sort keeps the call order of duplicates.
+	if !slices.IsSortedFunc(b.puts, byID) {
+		slices.SortStableFunc(b.puts, byID)
+	}
+	it, err := b.ix.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixRun}, UpperBound: []byte{prefixRun + 1}})
+	if err != nil {
+		return wrapPebble(err)
+	}
+	for i := 0; i < len(b.puts) && err == nil; {
+		ledger := b.puts[i].ledger
+		j := i + 1
+		for j < len(b.puts) && b.puts[j].ledger == ledger {
+			j++
+		}
+		err = b.writeLedgerRuns(it, ledger, b.puts[i:j])
+		i = j
+	}
+	return errors.Join(err, wrapPebble(it.Error()), it.Close())
+}
+
+// writeLedgerRuns writes the runs of one ledger's locations (sorted by entry, call order
+// among equal entries).
+func (b *Batch) writeLedgerRuns(it *pebble.Iterator, ledger int64, puts []put) error {
+	delSeq, deleted := b.deleted[ledger]
+	news := b.news[:0]
+	for k, p := range puts {
+		if (deleted && p.seq < delSeq) || (k+1 < len(puts) && puts[k+1].entry == p.entry) {
+			continue // before the ledger's deletion, or replaced later in the batch
+		}
+		news = append(news, pair{p.entry, p.loc})
+	}
+	b.news = news
+	if len(news) == 0 {
+		return nil
+	}
+	all := news
+	if !deleted { // else the batch's range deletion removes every stored run first
+		olds := b.olds[:0]
+		last := news[len(news)-1].entry
+		putIDKey(b.key[:], prefixRun, ledger, news[0].entry)
+		for ok := it.SeekGE(b.key[:]); ok; ok = it.Next() {
+			l, runLast, err := decodeIDKey(it.Key(), prefixRun)
+			if err != nil {
+				return err
+			}
+			if l != ledger {
+				break
+			}
+			v, err := it.ValueAndErr()
+			if err != nil {
+				return wrapPebble(err)
+			}
+			_, first, _, err := runHeader(v, l, runLast)
+			if err != nil {
+				return err
+			}
+			if first > last {
+				break
+			}
+			if olds, err = decodeRun(olds, v, l, runLast); err != nil {
+				return err
+			}
+			_ = b.pb.Delete(it.Key(), nil)
+		}
+		b.olds = olds
+		if len(olds) > 0 {
+			b.merged = mergePairs(b.merged[:0], news, olds)
+			all = b.merged
+		}
+	}
+	for len(all) > 0 {
+		n := min(len(all), maxRunEntries)
+		run := all[:n]
+		all = all[n:]
+		b.buf = appendRun(b.buf[:0], run)
+		putIDKey(b.key[:], prefixRun, ledger, run[n-1].entry)
+		_ = b.pb.Set(b.key[:], b.buf, nil)
+	}
+	return nil
+}
+
+// Reset discards the batch's contents (and any remembered error), keeping its buffers.
 func (b *Batch) Reset() {
 	b.pb.Reset()
 	b.err = nil
+	b.seq = 0
+	clear(b.deleted)
+	if cap(b.puts)*int(unsafe.Sizeof(put{})) > b.ix.cfg.MaxRetainedBatchBytes {
+		b.puts = nil
+	}
+	b.puts = b.puts[:0]
+	for _, s := range []*[]pair{&b.news, &b.olds, &b.merged} {
+		if cap(*s)*int(unsafe.Sizeof(pair{})) > b.ix.cfg.MaxRetainedBatchBytes {
+			*s = nil
+		}
+	}
 }
 
 // Close releases the batch without committing what it holds. The batch must not be used

@@ -174,12 +174,12 @@ func lastEntryUnbounded(ix *Index, l int64) (int64, error) {
 		return 0, err
 	}
 	defer it.Close()
-	var k [2 * locationKeyLen]byte
+	var k [2 * runKeyLen]byte
 	_, upper := putLedgerBounds(k[:], l, 0)
 	if !it.SeekLT(upper) {
 		return 0, ErrNotFound
 	}
-	kl, e, err := decodeLocationKey(it.Key())
+	kl, e, err := decodeIDKey(it.Key(), prefixRun)
 	if err != nil || kl != l {
 		return 0, ErrNotFound
 	}

@@ -14,7 +14,7 @@
 //	      +----+-----------------+               +--------+---------+
 //	      | 00 | "format"        |               | "RKIX" | version |
 //	      +----+-----------------+               +--------+---------+
-//	                                               magic    u32 (1)
+//	                                               magic    u32 (2)
 //
 //	ledger state
 //	key    0    1            9
@@ -30,25 +30,56 @@
 //	bit 4 has explicit LAC (then lacLen and LAC follow; m may be 0). Other bits must be 0.
 //	The value ends exactly after the last field; anything else is ErrCorrupt.
 //
-//	entry location
+//	run of entry locations (format 2)
+//	key    0    1            9                   17
+//	      +----+------------+-------------------+
+//	      | 03 | ledgerId   | last entryId      |
+//	      +----+------------+-------------------+
+//	value (uvarint: unsigned LEB128; varint: zigzag LEB128, as encoding/binary)
+//	      +---------+-------------+-----------+----------------------------------------+
+//	      | count n | span        | loc 0     | n−1 × (entry delta ‖ location delta)  |
+//	      +---------+-------------+-----------+----------------------------------------+
+//	       uvarint   uvarint       uvarint     uvarint ≥ 1     varint (wraps mod 2^64)
+//	n in [1, 256]; the first entry is last − span; entry i = entry i−1 + delta i and must end
+//	exactly at the key's last entry; location i = location i−1 + delta i. A location is a
+//	u64, opaque here (BookKeeper: logId<<32 | offset).
+//
+//	entry location (format 1; converted to runs by Open)
 //	key    0    1            9            17       value  0                 8
 //	      +----+------------+------------+               +-----------------+
-//	      | 02 | ledgerId   | entryId    |               | location        |
+//	      | 02 | ledgerId   | entryId    |               | location (BE)   |
 //	      +----+------------+------------+               +-----------------+
-//	                                                       u64, opaque here
-//	                                                       (BookKeeper: logId<<32 | offset)
 //
-// Keyspace 03 and above are unused. Every stored key and value is validated when read: a
+// Keyspace 04 and above are unused. Every stored key and value is validated when read: a
 // wrong length, an unknown version or flag, or a key outside the range it was read from is
 // an error wrapping ErrCorrupt, never a panic. pebble checksums its own blocks and WAL
 // records; its corruption errors are wrapped with ErrCorrupt too.
 //
+// # Runs
+//
+// A checkpoint writes each ledger's entries together into the entry log, so one key per run
+// of up to 256 of them replaces one key per entry: about 3 bytes of value per 1 KiB entry
+// instead of a 25-byte key and value, and 256 times fewer keys for pebble to insert, flush and
+// compact (that was 36% of the bookie's CPU, and compactions 23% more, in `bench storage` on
+// 2 cores; BENCHMARKS.md). Entries of a run need not be consecutive (a bookie of a striped
+// ensemble holds every other or every third entry) nor in one log.
+//
+// A ledger's runs never overlap: each holds entries in (end of the previous run, its key's
+// last entry]. So the run that may hold an entry is the first one at or after (ledgerId,
+// entryId): Location is one SeekGE and a binary search in the decoded run, and LastEntry is
+// the ledger's last key. Commit keeps the invariant: it sorts the batch's locations, and for
+// each ledger reads the stored runs that the new entries' range overlaps (one SeekGE; none
+// for a ledger written in order), merges them with the new locations (new ones win), deletes
+// them and writes the merged list as new runs, all in the one atomic batch. Commits of an
+// index are serialised, so the merge reads what no other commit is changing. Re-added
+// entries (journal replay), compaction's relocations (any subset of a run) and recovery adds
+// all take that path.
+//
 // # Look-ups
 //
-// LastEntry is a floor look-up, BookKeeper's getFloor((ledgerId, MAX)): an iterator bounded
-// to [(ledgerId, 0), (ledgerId+1, 0)) positioned with Last. The bounds matter after mass
-// deletions (BookKeeper #2686, #4529): range tombstones of other ledgers lie outside them and
-// are never scanned. Location is a point Get, helped by bloom filters on every level.
+// The look-ups iterate within the ledger's own bounds, [(ledgerId, from), (ledgerId+1, 0)).
+// The bounds matter after mass deletions (BookKeeper #2686, #4529): range tombstones of
+// other ledgers lie outside them and are never scanned.
 //
 // # Durability
 //
@@ -69,11 +100,13 @@
 // go test -bench . -benchmem ./index/ on a 2-core AMD EPYC VM (default config, page cache
 // warm, so "cold" means a block-cache miss served by the OS, not by the disk):
 //
-//   - PutLocation into a reused batch: ~19 ns, 0 allocations.
-//   - A checkpoint of 100k locations committed with sync: ~47 ms (~470 ns per location).
-//   - 1M ledgers × 4 entries (~100 MB of sstables): Location ~5 µs, a miss ~2.5 µs,
-//     LastEntry ~4.5 µs. With a 64 MiB block cache, which the index does not fit, all three
-//     take 25–40 µs: size BlockCacheSize to the index.
-//   - 200k ledgers with 90% deleted by range deletions: LastEntry ~4 µs on survivors and on
-//     deleted ledgers; without the per-ledger bounds the deleted ones cost ~7 µs.
+//   - PutLocation into a reused batch: ~5 ns, 0 allocations (format 1, a pebble Set per
+//     location: ~19 ns).
+//   - A checkpoint of 100k locations committed with sync: ~10 ms (~100 ns per location) with
+//     4 entries per ledger, the worst case for runs (format 1: ~36 ms, ~360 ns).
+//   - 1M ledgers × 4 entries: Location ~3.7 µs, a miss ~3.4 µs (no bloom filter helps a
+//     SeekGE; format 1's point Get: ~2.2 µs), LastEntry ~5 µs. With a 64 MiB block cache,
+//     which the index does not fit, look-ups take 25–40 µs: size BlockCacheSize to the index.
+//   - 200k ledgers with 90% deleted by range deletions: LastEntry ~3 µs on survivors and
+//     ~2.5 µs on deleted ledgers.
 package index

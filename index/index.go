@@ -41,6 +41,8 @@ type Index struct {
 	// reaches a closed pebble (which panics).
 	users  atomic.Int64
 	closed atomic.Bool
+	// commitMu makes commits one at a time: a commit reads the runs it merges with.
+	commitMu sync.Mutex
 }
 
 // Open opens (creating it if needed) the index in cfg.Dir.
@@ -106,13 +108,69 @@ func (ix *Index) checkFormat() error {
 	if err != nil {
 		return wrapPebble(err)
 	}
-	defer closer.Close()
-	if len(v) != formatLen || !bytes.Equal(v[:len(formatMagic)], []byte(formatMagic)) {
-		return fmt.Errorf("%w: bad format record %x", ErrCorrupt, v)
+	ok := len(v) == formatLen && bytes.Equal(v[:len(formatMagic)], []byte(formatMagic))
+	var ver uint32
+	if ok {
+		ver = binary.BigEndian.Uint32(v[len(formatMagic):])
+	} else {
+		err = fmt.Errorf("%w: bad format record %x", ErrCorrupt, v)
 	}
-	if ver := binary.BigEndian.Uint32(v[len(formatMagic):]); ver != formatVersion {
+	closer.Close()
+	switch {
+	case !ok:
+		return err
+	case ver == formatVersion:
+		return nil
+	case ver == formatVersionLocations:
+		return ix.convertLocations()
+	default:
 		return fmt.Errorf("%w: store has version %d, this build reads %d", ErrVersion, ver, formatVersion)
 	}
+}
+
+// convertLocationsBatch is how many format-1 locations one unsynced conversion batch holds.
+const convertLocationsBatch = 1 << 20
+
+// convertLocations converts a format-1 store (one key per location) to runs: it writes the
+// runs in unsynced batches, then, in one synced batch, deletes the old keys and writes the
+// new format record. A crash before that batch leaves a format-1 store whose conversion runs
+// again (rewriting the same runs); after it, a format-2 store.
+func (ix *Index) convertLocations() error {
+	it, err := ix.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixLocation}, UpperBound: []byte{prefixLocation + 1}})
+	if err != nil {
+		return wrapPebble(err)
+	}
+	b := ix.NewBatch()
+	defer b.Close()
+	n := 0
+	for ok := it.First(); ok && err == nil; ok = it.Next() {
+		var l, e int64
+		var v []byte
+		var loc uint64
+		if l, e, err = decodeIDKey(it.Key(), prefixLocation); err != nil {
+			break
+		}
+		if v, err = it.ValueAndErr(); err != nil {
+			break
+		}
+		if loc, err = decodeLocation(v, l, e); err != nil {
+			break
+		}
+		b.PutLocation(l, e, loc)
+		if n++; n%convertLocationsBatch == 0 {
+			err = b.Commit(false)
+		}
+	}
+	if err = errors.Join(err, wrapPebble(it.Error()), it.Close()); err != nil {
+		return fmt.Errorf("converting format %d: %w", formatVersionLocations, err)
+	}
+	_ = b.pb.DeleteRange([]byte{prefixLocation}, []byte{prefixLocation + 1}, nil)
+	_ = b.pb.Set(formatKey, binary.BigEndian.AppendUint32([]byte(formatMagic), formatVersion), nil)
+	if err := b.Commit(true); err != nil {
+		return fmt.Errorf("converting format %d: %w", formatVersionLocations, err)
+	}
+	ix.cfg.Logger.Info("index: converted to one key per run of locations", "dir", ix.cfg.Dir,
+		"locations", n, "format", formatVersion)
 	return nil
 }
 
@@ -145,37 +203,35 @@ func (ix *Index) enter() bool {
 
 func (ix *Index) exit() { ix.users.Add(-1) }
 
-// scratch holds the key buffers of one look-up; pooled so that a look-up does not allocate
-// them (an iterator keeps its bounds, so they cannot live on the stack).
+// scratch holds the buffers of one look-up; pooled so that a look-up does not allocate them
+// (an iterator keeps its bounds, so they cannot live on the stack).
 type scratch struct {
-	key    [locationKeyLen]byte
-	bounds [2 * locationKeyLen]byte
+	bounds [2 * runKeyLen]byte
+	pairs  []pair
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
-// Location returns the location of (ledgerID, entryID), or an error wrapping ErrNotFound.
+// Location returns the location of (ledgerID, entryID), or an error wrapping ErrNotFound. It
+// decodes the one run that can hold the entry: the first of the ledger's runs that ends at or
+// after it.
 func (ix *Index) Location(ledgerID, entryID int64) (uint64, error) {
 	if ledgerID < 0 || entryID < 0 {
 		return 0, fmt.Errorf("%w: ledger %d entry %d", ErrBadID, ledgerID, entryID)
 	}
-	if !ix.enter() {
-		return 0, ErrClosed
+	var loc uint64
+	found := false
+	err := ix.runs(ledgerID, entryID, false, func(ps []pair) bool {
+		loc, found = findPair(ps, entryID)
+		return false
+	})
+	if err != nil {
+		return 0, fmt.Errorf("index: location of ledger %d entry %d: %w", ledgerID, entryID, err)
 	}
-	defer ix.exit()
-	s := scratchPool.Get().(*scratch)
-	defer scratchPool.Put(s)
-	putLocationKey(s.key[:], ledgerID, entryID)
-	v, closer, err := ix.db.Get(s.key[:])
-	if errors.Is(err, pebble.ErrNotFound) {
+	if !found {
 		return 0, ErrNotFound
 	}
-	if err != nil {
-		return 0, fmt.Errorf("index: location of ledger %d entry %d: %w", ledgerID, entryID, wrapPebble(err))
-	}
-	loc, err := decodeLocation(v, ledgerID, entryID)
-	closer.Close()
-	return loc, err
+	return loc, nil
 }
 
 // LastEntry returns the highest entry id of ledgerID that has a location, and that location;
@@ -185,38 +241,14 @@ func (ix *Index) LastEntry(ledgerID int64) (entryID int64, loc uint64, err error
 	if ledgerID < 0 {
 		return 0, 0, fmt.Errorf("%w: ledger %d", ErrBadID, ledgerID)
 	}
-	if !ix.enter() {
-		return 0, 0, ErrClosed
-	}
-	defer ix.exit()
-	s := scratchPool.Get().(*scratch)
-	defer scratchPool.Put(s)
-	lower, upper := putLedgerBounds(s.bounds[:], ledgerID, 0)
-	it, err := ix.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	found := false
+	err = ix.runs(ledgerID, 0, true, func(ps []pair) bool {
+		p := ps[len(ps)-1]
+		entryID, loc, found = p.entry, p.loc, true
+		return false
+	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("index: last entry of ledger %d: %w", ledgerID, wrapPebble(err))
-	}
-	found := it.Last()
-	if found {
-		var l int64
-		l, entryID, err = decodeLocationKey(it.Key())
-		if err == nil && l != ledgerID {
-			err = fmt.Errorf("%w: key %x outside the bounds of ledger %d", ErrCorrupt, it.Key(), ledgerID)
-		}
-		if err == nil {
-			var v []byte
-			if v, err = it.ValueAndErr(); err == nil {
-				loc, err = decodeLocation(v, ledgerID, entryID)
-			} else {
-				err = wrapPebble(err)
-			}
-		}
-	}
-	if ierr := errors.Join(it.Error(), it.Close()); ierr != nil && err == nil {
-		err = fmt.Errorf("index: last entry of ledger %d: %w", ledgerID, wrapPebble(ierr))
-	}
-	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("index: last entry of ledger %d: %w", ledgerID, err)
 	}
 	if !found {
 		return 0, 0, ErrNotFound
@@ -230,6 +262,25 @@ func (ix *Index) Entries(ledgerID, fromEntry int64, fn func(entryID int64, loc u
 	if ledgerID < 0 || fromEntry < 0 {
 		return fmt.Errorf("%w: ledger %d from entry %d", ErrBadID, ledgerID, fromEntry)
 	}
+	err := ix.runs(ledgerID, fromEntry, false, func(ps []pair) bool {
+		for _, p := range ps {
+			if p.entry >= fromEntry && !fn(p.entry, p.loc) {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("index: entries of ledger %d: %w", ledgerID, err)
+	}
+	return nil
+}
+
+// runs decodes ledgerID's runs that end at fromEntry or later, in entry order (or only its
+// last run, if last), and calls fn with the pairs of each until fn returns false. The
+// iterator is bounded to the ledger's key range: range tombstones of other (deleted) ledgers
+// lie outside it and are never scanned (BookKeeper #2686, #4529).
+func (ix *Index) runs(ledgerID, fromEntry int64, last bool, fn func(ps []pair) bool) error {
 	if !ix.enter() {
 		return ErrClosed
 	}
@@ -239,13 +290,16 @@ func (ix *Index) Entries(ledgerID, fromEntry int64, fn func(entryID int64, loc u
 	lower, upper := putLedgerBounds(s.bounds[:], ledgerID, fromEntry)
 	it, err := ix.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return fmt.Errorf("index: entries of ledger %d: %w", ledgerID, wrapPebble(err))
+		return wrapPebble(err)
 	}
-	for ok := it.First(); ok && err == nil; ok = it.Next() {
-		var l, e int64
+	ok := it.First()
+	if last {
+		ok = it.Last()
+	}
+	for ; ok; ok = it.Next() {
+		var l, runLast int64
 		var v []byte
-		var loc uint64
-		if l, e, err = decodeLocationKey(it.Key()); err != nil {
+		if l, runLast, err = decodeIDKey(it.Key(), prefixRun); err != nil {
 			break
 		}
 		if l != ledgerID {
@@ -256,17 +310,14 @@ func (ix *Index) Entries(ledgerID, fromEntry int64, fn func(entryID int64, loc u
 			err = wrapPebble(err)
 			break
 		}
-		if loc, err = decodeLocation(v, l, e); err != nil {
+		if s.pairs, err = decodeRun(s.pairs[:0], v, l, runLast); err != nil {
 			break
 		}
-		if !fn(e, loc) {
+		if !fn(s.pairs) {
 			break
 		}
 	}
-	if ierr := errors.Join(it.Error(), it.Close()); ierr != nil && err == nil {
-		err = fmt.Errorf("index: entries of ledger %d: %w", ledgerID, wrapPebble(ierr))
-	}
-	return err
+	return errors.Join(err, wrapPebble(it.Error()), it.Close())
 }
 
 // Ledger returns the state of ledgerID, or an error wrapping ErrNotFound. The returned

@@ -429,22 +429,38 @@ func TestCorruptValues(t *testing.T) {
 	b.PutLedger(3, LedgerState{Exists: true})
 	commit(t, b, true)
 
-	var k [locationKeyLen]byte
-	putLocationKey(k[:], 3, 2)
-	if err := ix.db.Set(k[:], []byte{1, 2, 3, 4, 5, 6, 7}, pebble.Sync); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ix.Location(3, 2); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("Location of a 7-byte value: %v", err)
-	}
-	if _, _, err := ix.LastEntry(3); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("LastEntry onto a 7-byte value: %v", err)
-	}
-	if err := ix.Entries(3, 0, func(int64, uint64) bool { return true }); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("Entries over a 7-byte value: %v", err)
+	// Run values that do not decode, under a key of ledger 3 after its run ending at entry 1.
+	var k [runKeyLen]byte
+	putIDKey(k[:], prefixRun, 3, 9)
+	for i, v := range [][]byte{
+		nil,
+		{0, 0, 0},                          // no entries
+		{1, 10, 5},                         // span past the key's entry: first entry negative
+		{3, 1, 5, 1, 2, 1, 2},              // 3 entries in a span of 1
+		{2, 2, 5, 1, 2},                    // entries end before the key's entry
+		{2, 1, 5, 1},                       // truncated
+		{1, 0, 5, 0},                       // trailing byte
+		{2, 1, 5, 0, 2},                    // entry delta 0
+		appendRun(nil, []pair{{9, 1}})[:1], // truncated location
+	} {
+		if err := ix.db.Set(k[:], v, pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ix.Location(3, 9); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("case %d: Location in run %x: %v", i, v, err)
+		}
+		if _, _, err := ix.LastEntry(3); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("case %d: LastEntry onto run %x: %v", i, v, err)
+		}
+		if err := ix.Entries(3, 0, func(int64, uint64) bool { return true }); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("case %d: Entries over run %x: %v", i, v, err)
+		}
+		if err := ix.db.Delete(k[:], pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// A key of the wrong length inside a ledger's range.
-	if err := ix.db.Set(append(k[:], 0), make([]byte, 8), pebble.Sync); err != nil {
+	if err := ix.db.Set(append(k[:], 0), appendRun(nil, []pair{{9, 1}}), pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := ix.LastEntry(3); !errors.Is(err, ErrCorrupt) {
@@ -489,7 +505,7 @@ func TestOpenFormatChecks(t *testing.T) {
 		value []byte // nil: no format record, but another key
 		want  error
 	}{
-		{"newer", []byte("RKIX\x00\x00\x00\x02"), ErrVersion},
+		{"newer", []byte("RKIX\x00\x00\x00\x03"), ErrVersion},
 		{"magic", []byte("RKIY\x00\x00\x00\x01"), ErrCorrupt},
 		{"short", []byte("RKIX"), ErrCorrupt},
 		{"missing", nil, ErrCorrupt},

@@ -8,24 +8,29 @@ import (
 
 // Keyspace prefixes: the first byte of every key. Wire format: do not change.
 const (
-	prefixMeta     byte = 0x00
-	prefixLedger   byte = 0x01
+	prefixMeta   byte = 0x00
+	prefixLedger byte = 0x01
+	// prefixLocation holds format 1's one location per entry; Open converts them to runs.
 	prefixLocation byte = 0x02
+	prefixRun      byte = 0x03
 )
 
 // Key and value sizes. Wire format: do not change.
 const (
 	ledgerKeyLen   = 1 + 8     // prefix ‖ BE(ledgerId)
-	locationKeyLen = 1 + 8 + 8 // prefix ‖ BE(ledgerId) ‖ BE(entryId)
-	locationLen    = 8         // BE(location)
+	locationKeyLen = 1 + 8 + 8 // prefix ‖ BE(ledgerId) ‖ BE(entryId) (format 1)
+	locationLen    = 8         // BE(location) (format 1)
+	runKeyLen      = 1 + 8 + 8 // prefix ‖ BE(ledgerId) ‖ BE(last entryId of the run)
 )
 
 // The format record: key formatKey, value formatMagic ‖ BE uint32 version.
 // Wire format: do not change; formatVersion only moves forward.
 const (
 	formatMagic   = "RKIX"
-	formatVersion = 1
-	formatLen     = len(formatMagic) + 4
+	formatVersion = 2
+	// formatVersionLocations is format 1: one key per entry location. Open converts it.
+	formatVersionLocations = 1
+	formatLen              = len(formatMagic) + 4
 )
 
 var formatKey = []byte{prefixMeta, 'f', 'o', 'r', 'm', 'a', 't'}
@@ -46,35 +51,36 @@ const (
 	maxExplicitLACLen    = 1 << 20 // far above a LAC packet; guards the decoder's allocations
 )
 
-// putLocationKey encodes (ledgerID, entryID) into k, which must be locationKeyLen long.
-// Ids are non-negative, so their big-endian bytes sort like the numbers.
-func putLocationKey(k []byte, ledgerID, entryID int64) {
-	_ = k[locationKeyLen-1]
-	k[0] = prefixLocation
+// putIDKey encodes prefix ‖ BE(ledgerID) ‖ BE(entryID) into k (17 bytes): a run key (entryID
+// is the run's last entry) or a format-1 location key. Ids are non-negative, so their
+// big-endian bytes sort like the numbers.
+func putIDKey(k []byte, prefix byte, ledgerID, entryID int64) {
+	_ = k[runKeyLen-1]
+	k[0] = prefix
 	binary.BigEndian.PutUint64(k[1:9], uint64(ledgerID))
 	binary.BigEndian.PutUint64(k[9:17], uint64(entryID))
 }
 
-// putLedgerBounds encodes into b (2*locationKeyLen long) the key range of ledgerID's
-// locations, [(ledgerID, 0), (ledgerID+1, 0)), and returns the two bounds.
+// putLedgerBounds encodes into b (2*runKeyLen long) the range of ledgerID's runs that end at
+// fromEntry or later, [(ledgerID, fromEntry), (ledgerID+1, 0)), and returns the two bounds.
 func putLedgerBounds(b []byte, ledgerID, fromEntry int64) (lower, upper []byte) {
-	lower, upper = b[:locationKeyLen:locationKeyLen], b[locationKeyLen:2*locationKeyLen]
-	putLocationKey(lower, ledgerID, fromEntry)
+	lower, upper = b[:runKeyLen:runKeyLen], b[runKeyLen:2*runKeyLen]
+	putIDKey(lower, prefixRun, ledgerID, fromEntry)
 	// ledgerID ≤ MaxInt64, so ledgerID+1 as a uint64 never wraps.
-	upper[0] = prefixLocation
+	upper[0] = prefixRun
 	binary.BigEndian.PutUint64(upper[1:9], uint64(ledgerID)+1)
 	binary.BigEndian.PutUint64(upper[9:17], 0)
 	return lower, upper
 }
 
-// decodeLocationKey returns the ids in a location key.
-func decodeLocationKey(k []byte) (ledgerID, entryID int64, err error) {
-	if len(k) != locationKeyLen || k[0] != prefixLocation {
-		return 0, 0, fmt.Errorf("%w: location key %x", ErrCorrupt, k)
+// decodeIDKey returns the ids in a run key (prefixRun) or a format-1 location key.
+func decodeIDKey(k []byte, prefix byte) (ledgerID, entryID int64, err error) {
+	if len(k) != runKeyLen || k[0] != prefix {
+		return 0, 0, fmt.Errorf("%w: key %x is not a %#x key", ErrCorrupt, k, prefix)
 	}
 	l, e := binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint64(k[9:17])
 	if l > math.MaxInt64 || e > math.MaxInt64 {
-		return 0, 0, fmt.Errorf("%w: location key %x has a negative id", ErrCorrupt, k)
+		return 0, 0, fmt.Errorf("%w: key %x has a negative id", ErrCorrupt, k)
 	}
 	return int64(l), int64(e), nil
 }
