@@ -58,6 +58,29 @@ func BenchmarkCheckpoint100k(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100_000, "ns/location")
 }
 
+// BenchmarkLongLedgers is bench storage's index: 256 ledgers written together, 200 entries
+// of each per checkpoint (synced), 80 checkpoints (16k entries per ledger, one run per ledger
+// per checkpoint), left as pebble leaves it, then random look-ups.
+func BenchmarkLongLedgers(b *testing.B) {
+	const n, per, perCheckpoint = 256, 16_000, 200
+	ix := openBench(b)
+	batch := ix.NewBatch()
+	defer batch.Close()
+	for first := int64(0); first < per; first += perCheckpoint {
+		for l := range int64(n) {
+			for e := first; e < first+perCheckpoint; e++ {
+				batch.PutLocation(l, e, loc(l, e))
+			}
+		}
+		if err := batch.Commit(true); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m := ix.db.Metrics()
+	b.Logf("L0 %d tables in %d sublevels, %d MB of sstables", m.Levels[0].TablesCount, m.Levels[0].Sublevels, m.DiskSpaceUsage()>>20)
+	lookups(b, ix, n, per, func(int64) bool { return true })
+}
+
 // BenchmarkManyLedgers writes 1M ledgers with 4 entries each (and a ledger state) in
 // checkpoint-sized synced batches, then measures random look-ups.
 func BenchmarkManyLedgers(b *testing.B) {

@@ -40,7 +40,7 @@
 //	      | count n | span        | loc 0     | n−1 × (entry delta ‖ location delta)  |
 //	      +---------+-------------+-----------+----------------------------------------+
 //	       uvarint   uvarint       uvarint     uvarint ≥ 1     varint (wraps mod 2^64)
-//	n in [1, 256]; the first entry is last − span; entry i = entry i−1 + delta i and must end
+//	n in [1, 64]; the first entry is last − span; entry i = entry i−1 + delta i and must end
 //	exactly at the key's last entry; location i = location i−1 + delta i. A location is a
 //	u64, opaque here (BookKeeper: logId<<32 | offset).
 //
@@ -58,16 +58,17 @@
 // # Runs
 //
 // A checkpoint writes each ledger's entries together into the entry log, so one key per run
-// of up to 256 of them replaces one key per entry: about 3 bytes of value per 1 KiB entry
-// instead of a 25-byte key and value, and 256 times fewer keys for pebble to insert, flush and
+// of up to 64 of them replaces one key per entry: about 3 bytes of value per 1 KiB entry
+// instead of a 25-byte key and value, and 64 times fewer keys for pebble to insert, flush and
 // compact (that was 36% of the bookie's CPU, and compactions 23% more, in `bench storage` on
 // 2 cores; BENCHMARKS.md). Entries of a run need not be consecutive (a bookie of a striped
 // ensemble holds every other or every third entry) nor in one log.
 //
 // A ledger's runs never overlap: each holds entries in (end of the previous run, its key's
 // last entry]. So the run that may hold an entry is the first one at or after (ledgerId,
-// entryId): Location is one SeekGE and a binary search in the decoded run, and LastEntry is
-// the ledger's last key. Commit keeps the invariant: it sorts the batch's locations, and for
+// entryId): Location is one SeekGE and a decode of the run up to the entry, and LastEntry is
+// the ledger's last key. 64 entries keep that decode to a fraction of the seek (with 256 it
+// was a third of a look-up). Commit keeps the invariant: it sorts the batch's locations, and for
 // each ledger reads the stored runs that the new entries' range overlaps (one SeekGE; none
 // for a ledger written in order), merges them with the new locations (new ones win), deletes
 // them and writes the merged list as new runs, all in the one atomic batch. Commits of an
@@ -104,9 +105,12 @@
 //     location: ~19 ns).
 //   - A checkpoint of 100k locations committed with sync: ~10 ms (~100 ns per location) with
 //     4 entries per ledger, the worst case for runs (format 1: ~36 ms, ~360 ns).
-//   - 1M ledgers × 4 entries: Location ~3.7 µs, a miss ~3.4 µs (no bloom filter helps a
-//     SeekGE; format 1's point Get: ~2.2 µs), LastEntry ~5 µs. With a 64 MiB block cache,
-//     which the index does not fit, look-ups take 25–40 µs: size BlockCacheSize to the index.
+//   - 256 ledgers × 16k entries, 200 per ledger per checkpoint (bench storage's shape):
+//     Location ~5 µs, LastEntry ~7 µs.
+//   - 1M ledgers × 4 entries: Location ~3.3 µs, a miss ~2.9 µs (no bloom filter helps a
+//     SeekGE; format 1's point Get: ~4.1 and ~2.2 µs), LastEntry ~4.5 µs. With a 64 MiB
+//     block cache, which the index does not fit, look-ups take 25–40 µs: size BlockCacheSize
+//     to the index.
 //   - 200k ledgers with 90% deleted by range deletions: LastEntry ~3 µs on survivors and
 //     ~2.5 µs on deleted ledgers.
 package index

@@ -221,9 +221,9 @@ func (ix *Index) Location(ledgerID, entryID int64) (uint64, error) {
 	}
 	var loc uint64
 	found := false
-	err := ix.runs(ledgerID, entryID, false, func(ps []pair) bool {
-		loc, found = findPair(ps, entryID)
-		return false
+	err := ix.runs(ledgerID, entryID, false, func(last int64, v []byte, _ *[]pair) (more bool, err error) {
+		loc, found, err = findInRun(v, ledgerID, last, entryID)
+		return false, err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("index: location of ledger %d entry %d: %w", ledgerID, entryID, err)
@@ -242,10 +242,10 @@ func (ix *Index) LastEntry(ledgerID int64) (entryID int64, loc uint64, err error
 		return 0, 0, fmt.Errorf("%w: ledger %d", ErrBadID, ledgerID)
 	}
 	found := false
-	err = ix.runs(ledgerID, 0, true, func(ps []pair) bool {
-		p := ps[len(ps)-1]
-		entryID, loc, found = p.entry, p.loc, true
-		return false
+	err = ix.runs(ledgerID, 0, true, func(last int64, v []byte, _ *[]pair) (more bool, err error) {
+		loc, found, err = findInRun(v, ledgerID, last, last)
+		entryID = last
+		return false, err
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("index: last entry of ledger %d: %w", ledgerID, err)
@@ -262,13 +262,16 @@ func (ix *Index) Entries(ledgerID, fromEntry int64, fn func(entryID int64, loc u
 	if ledgerID < 0 || fromEntry < 0 {
 		return fmt.Errorf("%w: ledger %d from entry %d", ErrBadID, ledgerID, fromEntry)
 	}
-	err := ix.runs(ledgerID, fromEntry, false, func(ps []pair) bool {
-		for _, p := range ps {
+	err := ix.runs(ledgerID, fromEntry, false, func(last int64, v []byte, ps *[]pair) (more bool, err error) {
+		if *ps, err = decodeRun((*ps)[:0], v, ledgerID, last); err != nil {
+			return false, err
+		}
+		for _, p := range *ps {
 			if p.entry >= fromEntry && !fn(p.entry, p.loc) {
-				return false
+				return false, nil
 			}
 		}
-		return true
+		return true, nil
 	})
 	if err != nil {
 		return fmt.Errorf("index: entries of ledger %d: %w", ledgerID, err)
@@ -276,11 +279,12 @@ func (ix *Index) Entries(ledgerID, fromEntry int64, fn func(entryID int64, loc u
 	return nil
 }
 
-// runs decodes ledgerID's runs that end at fromEntry or later, in entry order (or only its
-// last run, if last), and calls fn with the pairs of each until fn returns false. The
-// iterator is bounded to the ledger's key range: range tombstones of other (deleted) ledgers
-// lie outside it and are never scanned (BookKeeper #2686, #4529).
-func (ix *Index) runs(ledgerID, fromEntry int64, last bool, fn func(ps []pair) bool) error {
+// runs calls fn with the key's last entry and the value of each of ledgerID's runs that end
+// at fromEntry or later, in entry order (or only with its last run, if last), until fn
+// returns false or an error; ps is scratch for fn's decoding. The iterator is bounded to the
+// ledger's key range: range tombstones of other (deleted) ledgers lie outside it and are
+// never scanned (BookKeeper #2686, #4529).
+func (ix *Index) runs(ledgerID, fromEntry int64, last bool, fn func(last int64, v []byte, ps *[]pair) (bool, error)) error {
 	if !ix.enter() {
 		return ErrClosed
 	}
@@ -310,10 +314,8 @@ func (ix *Index) runs(ledgerID, fromEntry int64, last bool, fn func(ps []pair) b
 			err = wrapPebble(err)
 			break
 		}
-		if s.pairs, err = decodeRun(s.pairs[:0], v, l, runLast); err != nil {
-			break
-		}
-		if !fn(s.pairs) {
+		if more, ferr := fn(runLast, v, &s.pairs); ferr != nil || !more {
+			err = ferr
 			break
 		}
 	}

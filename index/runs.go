@@ -7,7 +7,7 @@ import (
 
 // maxRunEntries bounds the entries of one run, so that a look-up decodes at most this many
 // pairs (about a microsecond) and a value stays a few KiB.
-const maxRunEntries = 256
+const maxRunEntries = 64
 
 // pair is one entry's location inside a run.
 type pair struct {
@@ -49,57 +49,71 @@ func runHeader(v []byte, ledgerID, last int64) (count int, first int64, rest []b
 // decodeRun appends the pairs of a run value (key: ledgerID, last) to dst. Every field is
 // checked: the count, strictly increasing entries that end exactly at last, no trailing bytes.
 func decodeRun(dst []pair, v []byte, ledgerID, last int64) ([]pair, error) {
+	err := scanRun(v, ledgerID, last, func(p pair) bool {
+		dst = append(dst, p)
+		return true
+	})
+	return dst, err
+}
+
+// findInRun returns the location of entry in a run value (key: ledgerID, last), decoding only
+// up to it: a look-up's hot path. What it decodes is checked as by decodeRun.
+func findInRun(v []byte, ledgerID, last, entry int64) (loc uint64, found bool, err error) {
+	err = scanRun(v, ledgerID, last, func(p pair) bool {
+		loc, found = p.loc, p.entry == entry
+		return p.entry < entry
+	})
+	return loc, found, err
+}
+
+// scanRun calls fn with the pairs of a run value in order until fn returns false. What it
+// decodes is checked; once it reaches the last pair, the whole value is (the entries end at
+// last, no trailing bytes).
+func scanRun(v []byte, ledgerID, last int64, fn func(pair) bool) error {
 	n, first, v, err := runHeader(v, ledgerID, last)
 	if err != nil {
-		return dst, err
+		return err
 	}
 	loc, k := binary.Uvarint(v)
 	if k <= 0 {
-		return dst, runCorrupt(ledgerID, last, "truncated")
+		return runCorrupt(ledgerID, last, "truncated")
 	}
 	v = v[k:]
 	entry := first
-	dst = append(dst, pair{entry, loc})
+	if n == 1 && (entry != last || len(v) != 0) {
+		return runCorrupt(ledgerID, last, "entries do not end at the key's entry, or trailing bytes")
+	}
+	if !fn(pair{entry, loc}) {
+		return nil
+	}
 	for i := 1; i < n; i++ {
 		de, k := binary.Uvarint(v)
 		if k <= 0 || de == 0 || de > uint64(last-entry) {
-			return dst, runCorrupt(ledgerID, last, "bad entry delta")
+			return runCorrupt(ledgerID, last, "bad entry delta")
 		}
 		v = v[k:]
 		dl, k := binary.Varint(v)
 		if k <= 0 {
-			return dst, runCorrupt(ledgerID, last, "truncated")
+			return runCorrupt(ledgerID, last, "truncated")
 		}
 		v = v[k:]
 		entry += int64(de)
 		loc += uint64(dl)
-		dst = append(dst, pair{entry, loc})
+		if i == n-1 && (entry != last || len(v) != 0) {
+			break
+		}
+		if !fn(pair{entry, loc}) {
+			return nil
+		}
 	}
 	if entry != last || len(v) != 0 {
-		return dst, runCorrupt(ledgerID, last, "entries do not end at the key's entry, or trailing bytes")
+		return runCorrupt(ledgerID, last, "entries do not end at the key's entry, or trailing bytes")
 	}
-	return dst, nil
+	return nil
 }
 
 func runCorrupt(ledgerID, last int64, what string) error {
 	return fmt.Errorf("%w: run of ledger %d ending at entry %d: %s", ErrCorrupt, ledgerID, last, what)
-}
-
-// findPair returns the location of entry in ps (sorted), if it is there.
-func findPair(ps []pair, entry int64) (uint64, bool) {
-	lo, hi := 0, len(ps)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if ps[m].entry < entry {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	if lo < len(ps) && ps[lo].entry == entry {
-		return ps[lo].loc, true
-	}
-	return 0, false
 }
 
 // mergePairs merges two sorted pair lists into dst; on an entry in both, news wins.
