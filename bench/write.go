@@ -168,24 +168,36 @@ func runAppends(ctx context.Context, l appendLoad, rec *Recorder) (appendResult,
 			}
 			pace := newPacer(l.rate, l.writers)
 			var issued atomic.Int64 // picks each append's ledger
+			// One completion per slot, made once: a closure per append would allocate.
+			type slotState struct {
+				lh   *client.Ledger
+				sent int64 // when the append was due
+				done func(id int64, err error)
+			}
+			slots := make([]slotState, l.inFlight)
 			// issue appends the payload of slot; sent is when the append was due.
-			var issue func(slot int, sent int64)
-			issue = func(slot int, sent int64) {
-				lh := mine[(issued.Add(1)-1)%int64(len(mine))]
+			issue := func(slot int, sent int64) {
+				st := &slots[slot]
+				st.lh = mine[(issued.Add(1)-1)%int64(len(mine))]
+				st.sent = sent
 				p := payloads[slot][:l.entrySize]
 				if l.stamp {
 					p = payloads[slot][:max(l.entrySize, 8)]
 					binary.LittleEndian.PutUint64(p, uint64(time.Now().UnixNano()))
 				}
-				lh.AppendAsync(p, func(id int64, err error) {
+				st.lh.AppendAsync(p, st.done)
+			}
+			for slot := range slots {
+				st := &slots[slot]
+				st.done = func(id int64, err error) {
 					if err != nil {
 						rec.Error()
 						failed.Add(1)
 					} else {
-						rec.Record(time.Duration(benchNow()-sent), l.entrySize)
+						rec.Record(time.Duration(benchNow()-st.sent), l.entrySize)
 						appended.Add(1)
 						if l.onAck != nil {
-							l.onAck(lh.ID(), id)
+							l.onAck(st.lh.ID(), id)
 						}
 					}
 					// Closed loop: the next append leaves from this callback, as the raw-codec
@@ -197,7 +209,7 @@ func runAppends(ctx context.Context, l appendLoad, rec *Recorder) (appendResult,
 						return
 					}
 					free <- slot
-				})
+				}
 			}
 			for {
 				slot := -1
