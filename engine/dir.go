@@ -258,6 +258,8 @@ func (d *ledgerDir) flush() (err error) {
 	// Swap: the other half was reset by the previous flush.
 	d.flushing.Store(h)
 	d.active.Store(other)
+	pace := newFlushPacer(h, other, h.activatedAt, start, d.e.closing)
+	other.activatedAt = start
 	h.seal()
 	d.signalSpace()
 	if err := d.e.hook(stepHalvesSwapped); err != nil {
@@ -274,6 +276,7 @@ func (d *ledgerDir) flush() (err error) {
 		}
 		d.batch.PutLocation(s.key.ledger, s.key.entry, loc)
 		bytes += int64(len(data))
+		pace.wait(bytes, time.Now)
 	}
 	if err := d.log.Flush(); err != nil {
 		return d.flushFailed(h, fmt.Errorf("%w: entry log of %s: %w", ErrIO, d.path, err))

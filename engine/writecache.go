@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -128,6 +129,9 @@ type cacheHalf struct {
 	// readers guards the memory against reset while a read copies from it: reads hold RLock,
 	// reset holds Lock. Adds do not use it.
 	readers sync.RWMutex
+	// activatedAt is when the half last became the active one (zero before its first swap);
+	// the flush paces itself by how long the half took to fill. Used under the dir's flushMu.
+	activatedAt time.Time
 }
 
 func newCacheHalf(size, segSize int64) *cacheHalf {
