@@ -18,11 +18,12 @@ const (
 	// the extents are "unwritten": the first write to each converts it, a metadata change that
 	// the commit's fdatasync then has to journal.
 	PreallocFallocate PreallocMode = iota
-	// PreallocZero writes zeros over the whole file (off the hot path, when the file is
-	// prepared), so the extents are written and a commit's fdatasync only flushes data. It costs
-	// a second write of every byte of a new file (recycled files are not written again). The
-	// first file of a session, which the journal waits for, is fallocated and zero-filled over
-	// its first 256 MiB only.
+	// PreallocZero fallocates the file, then writes zeros over it (off the hot path, while the
+	// file waits for the writer, at most zeroFillRate), so the extents are written and a
+	// commit's fdatasync only flushes data. It costs a second write of every byte of a new file
+	// (recycled files are not written again). A writer that needs the file first takes it with
+	// the rest fallocated. The first file of a session, which the journal waits for, is
+	// zero-filled over its first 256 MiB only.
 	PreallocZero
 	// PreallocNone lets the file grow as it is written: every commit extends the file size.
 	PreallocNone

@@ -62,8 +62,11 @@
 // A file rolls over before a group could cross journalMaxSizeMB. The writer first waits for
 // every group of the old file, then writes a synced file-end record, and only then writes to the
 // new file. The next file is prepared ahead by a background goroutine: created, its space
-// reserved (zero-filled by default, or fallocated, see PreallocMode), its header written, the
-// file and directory fsynced. Files that journal GC would delete are kept for reuse instead
+// reserved (fallocated; by default then zero-filled, see PreallocMode), its header written, the
+// file and directory fsynced. The zero-filling comes last and is paced (zeroFillRate, 128 MiB/s):
+// unpaced, it took the whole disk from commits on the same disk for as long as a file took to
+// fill; a writer that rolls over before it is done stops it and takes the file with the rest
+// fallocated. Files that journal GC would delete are kept for reuse instead
 // (journalReuseFiles, up to MaxRecycled): reusing a file renames it and rewrites its header. In
 // both cases the extents are already written, so a commit's sync never has to convert unwritten
 // extents, which on ext4 costs a metadata journal commit per sync: a lone 4 KiB commit took

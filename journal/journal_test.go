@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -633,8 +634,9 @@ func (f *countingFile) WriteAt(p []byte, off int64) (int, error) {
 }
 
 // TestZeroFillPreallocation: with PreallocZero, a new file prepared ahead is zero-filled over
-// its whole size, but the session's first file (which Open waits for) only over its first
-// firstFileZeroFill bytes; with PreallocFallocate nothing is zero-filled.
+// its whole size while the writer does not need it, but the session's first file (which Open
+// waits for) only over its first firstFileZeroFill bytes; with PreallocFallocate nothing is
+// zero-filled.
 func TestZeroFillPreallocation(t *testing.T) {
 	defer func(old int64) { firstFileZeroFill = old }(firstFileZeroFill)
 	firstFileZeroFill = 1 << 20
@@ -647,14 +649,30 @@ func TestZeroFillPreallocation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := j.Close(); err != nil { // waits for the second file's preparation too
+		written := func() []int64 {
+			fs.mu.Lock()
+			defer fs.mu.Unlock()
+			var n []int64
+			for _, name := range slices.Sorted(maps.Keys(fs.written)) {
+				n = append(n, fs.written[name])
+			}
+			return n
+		}
+		// Close stops a zero-fill in progress: wait for the second file's (4 MiB at 128 MiB/s).
+		for deadline := time.Now().Add(10 * time.Second); mode == PreallocZero && time.Now().Before(deadline); {
+			if n := written(); len(n) == 2 && n[1] >= cfg.MaxFileSize {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err := j.Close(); err != nil {
 			t.Fatal(err)
 		}
-		names := slices.Sorted(maps.Keys(fs.written))
-		if len(names) != 2 {
-			t.Fatalf("%v: files written %v, want the first and the one prepared after it", mode, names)
+		n := written()
+		if len(n) != 2 {
+			t.Fatalf("%v: %d files written, want the first and the one prepared after it", mode, len(n))
 		}
-		first, second := fs.written[names[0]], fs.written[names[1]]
+		first, second := n[0], n[1]
 		header := int64(cfg.Alignment)
 		switch mode {
 		case PreallocZero:
@@ -668,6 +686,49 @@ func TestZeroFillPreallocation(t *testing.T) {
 			if first > 4*header || second > 4*header {
 				t.Fatalf("fallocate: %d and %d bytes written, want headers only", first, second)
 			}
+		}
+	}
+}
+
+// TestZeroFillStopsForTheWriter: a writer that rolls over to a file still being zero-filled
+// (slowly here) takes it at once, with the rest fallocated, and no zero lands on its records:
+// all of them replay.
+func TestZeroFillStopsForTheWriter(t *testing.T) {
+	defer func(old float64) { zeroFillRate = old }(zeroFillRate)
+	zeroFillRate = 64 << 10 // a 4 MiB file would take 64 s
+	fs := diskio.NewMem(4096)
+	cfg := memConfig(fs)
+	cfg.Prealloc = PreallocZero
+	j, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []key
+	start := time.Now()
+	for size, e := 0, int64(0); size < 12<<20; e++ { // three rollovers
+		n := payloadSize(1, e)
+		if err := appendSync(t, j, RecordData, 1, e, testPayload(1, e, n)); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, key{1, e})
+		size += n + 64
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if files := journalFiles(t, fs, cfg.Dir); len(files) < 4 {
+		t.Fatalf("%d files, want the records to span at least three rollovers", len(files))
+	}
+	if d := time.Since(start); d > 30*time.Second { // waiting would take 64 s per file
+		t.Fatalf("the writer waited for zero-fills (%v)", d)
+	}
+	got, _, err := replayAll(t, fs, cfg.Dir, Mark{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range want {
+		if got[k] != 1 {
+			t.Fatalf("record %v lost", k)
 		}
 	}
 }
