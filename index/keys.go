@@ -17,10 +17,9 @@ const (
 
 // Key and value sizes. Wire format: do not change.
 const (
-	ledgerKeyLen   = 1 + 8     // prefix ‖ BE(ledgerId)
-	locationKeyLen = 1 + 8 + 8 // prefix ‖ BE(ledgerId) ‖ BE(entryId) (format 1)
-	locationLen    = 8         // BE(location) (format 1)
-	runKeyLen      = 1 + 8 + 8 // prefix ‖ BE(ledgerId) ‖ BE(last entryId of the run)
+	ledgerKeyLen = 1 + 8     // prefix ‖ BE(ledgerId)
+	locationLen  = 8         // BE(location) (format 1)
+	runKeyLen    = 1 + 8 + 8 // prefix ‖ BE(ledgerId) ‖ BE(last entryId of the run)
 )
 
 // The format record: key formatKey, value formatMagic ‖ BE uint32 version.
