@@ -280,11 +280,11 @@ func (ix *Index) Entries(ledgerID, fromEntry int64, fn func(entryID int64, loc u
 }
 
 // runs calls fn with the key's last entry and the value of each of ledgerID's runs that end
-// at fromEntry or later, in entry order (or only with its last run, if last), until fn
+// at fromEntry or later, in entry order (or only with its last run, if onlyLast), until fn
 // returns false or an error; ps is scratch for fn's decoding. The iterator is bounded to the
 // ledger's key range: range tombstones of other (deleted) ledgers lie outside it and are
 // never scanned (BookKeeper #2686, #4529).
-func (ix *Index) runs(ledgerID, fromEntry int64, last bool, fn func(last int64, v []byte, ps *[]pair) (bool, error)) error {
+func (ix *Index) runs(ledgerID, fromEntry int64, onlyLast bool, fn func(last int64, v []byte, ps *[]pair) (bool, error)) error {
 	if !ix.enter() {
 		return ErrClosed
 	}
@@ -297,7 +297,7 @@ func (ix *Index) runs(ledgerID, fromEntry int64, last bool, fn func(last int64, 
 		return wrapPebble(err)
 	}
 	ok := it.First()
-	if last {
+	if onlyLast {
 		ok = it.Last()
 	}
 	for ; ok; ok = it.Next() {
