@@ -61,6 +61,11 @@ type Ledger struct {
 	spareOps   []*addOp
 	delivering bool
 
+	// sendConns are the connections to the bookies of sendConnsOf, the ensemble adds were last
+	// sent to (see connsLocked).
+	sendConns   []bookieConn
+	sendConnsOf []string
+
 	ops  sync.Pool
 	reqs sync.Pool
 }
@@ -214,7 +219,20 @@ func allPositions(qw int) uint64 { return uint64(1)<<qw - 1 }
 
 type sendTarget struct {
 	req  *addReq
-	addr string
+	conn bookieConn
+}
+
+// connsLocked returns the connections to the bookies of ensemble, resolved once per ensemble
+// (the pool's look-up by address is a lock and a map access, per add otherwise).
+func (lh *Ledger) connsLocked(ensemble []string) []bookieConn {
+	if len(lh.sendConnsOf) != len(ensemble) || len(ensemble) == 0 || &lh.sendConnsOf[0] != &ensemble[0] {
+		lh.sendConns = lh.sendConns[:0]
+		for _, addr := range ensemble {
+			lh.sendConns = append(lh.sendConns, lh.c.cfg.dial(addr))
+		}
+		lh.sendConnsOf = ensemble
+	}
+	return lh.sendConns
 }
 
 // prepareSendLocked points op at the current ensemble and lists requests for the positions in
@@ -222,16 +240,17 @@ type sendTarget struct {
 func (lh *Ledger) prepareSendLocked(op *addOp, mask uint64, dst []sendTarget) int {
 	last, _ := lh.md.LastEnsemble()
 	op.ensemble = last.Bookies
+	conns := lh.connsLocked(op.ensemble)
 	e := int64(lh.md.EnsembleSize)
 	for pos := range lh.md.WriteQuorumSize {
 		if mask&(1<<pos) == 0 {
 			continue
 		}
-		addr := op.ensemble[(op.entryID+int64(pos))%e]
+		i := (op.entryID + int64(pos)) % e
 		req := lh.reqs.Get().(*addReq)
-		req.op, req.pos, req.addr = op, pos, addr
+		req.op, req.pos, req.addr = op, pos, op.ensemble[i]
 		op.outstanding++
-		dst = append(dst, sendTarget{req, addr})
+		dst = append(dst, sendTarget{req, conns[i]})
 	}
 	return len(dst)
 }
@@ -239,7 +258,7 @@ func (lh *Ledger) prepareSendLocked(op *addOp, mask uint64, dst []sendTarget) in
 func (lh *Ledger) send(targets []sendTarget) {
 	for _, t := range targets {
 		op := t.req.op
-		lh.c.cfg.dial(t.addr).Add(lh.id, op.entryID, &lh.key, 0, op.parts[:], addResponse, t.req)
+		t.conn.Add(lh.id, op.entryID, &lh.key, 0, op.parts[:], addResponse, t.req)
 	}
 }
 

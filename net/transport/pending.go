@@ -113,7 +113,7 @@ func (l *ageList) unlink(r *request) {
 // pendingSet is a connection's requests in flight: by key (FIFO among duplicates, for
 // matching responses) and by age per op (for timeouts). Guarded by the connection's mutex.
 type pendingSet struct {
-	byKey map[reqKey]*request
+	byKey keyTable
 	adds  ageList
 	reads ageList
 	n     int
@@ -128,17 +128,16 @@ func (s *pendingSet) ages(op protocol.OpCode) *ageList {
 
 // insert adds r at the back of its key's chain and of its op's age list.
 func (s *pendingSet) insert(r *request) {
-	if s.byKey == nil {
-		s.byKey = make(map[reqKey]*request)
-	}
 	r.prevSame, r.nextSame, r.tail = nil, nil, nil
-	if head := s.byKey[r.key]; head != nil {
+	s.byKey.reserve()
+	if i, ok := s.byKey.find(r.key); ok {
+		head := s.byKey.slots[i].head
 		last := head.tail
 		last.nextSame, r.prevSame = r, last
 		head.tail = r
 	} else {
 		r.tail = r
-		s.byKey[r.key] = r
+		s.byKey.fill(i, r)
 	}
 	s.ages(r.key.op).pushBack(r)
 	s.n++
@@ -146,28 +145,39 @@ func (s *pendingSet) insert(r *request) {
 
 // pop removes and returns the oldest request with key k, or nil.
 func (s *pendingSet) pop(k reqKey) *request {
-	r := s.byKey[k]
-	if r != nil {
-		s.remove(r)
+	i, ok := s.byKey.lookup(k)
+	if !ok {
+		return nil
 	}
+	r := s.byKey.slots[i].head
+	s.removeAt(r, i)
 	return r
 }
 
 // remove takes r out of its chain and its age list.
 func (s *pendingSet) remove(r *request) {
+	i := -1
+	if r.prevSame == nil || r.nextSame == nil { // the chain's head or tail: its slot changes
+		i, _ = s.byKey.find(r.key)
+	}
+	s.removeAt(r, i)
+}
+
+// removeAt is remove with i the slot of r's key (unused when r is inside its chain).
+func (s *pendingSet) removeAt(r *request, i int) {
 	switch {
 	case r.prevSame == nil && r.nextSame == nil: // alone
-		delete(s.byKey, r.key)
+		s.byKey.clearSlot(i)
 	case r.prevSame == nil: // head of a longer chain
 		next := r.nextSame
 		next.prevSame, next.tail = nil, r.tail
-		s.byKey[r.key] = next
+		s.byKey.slots[i].head = next
 	default:
 		r.prevSame.nextSame = r.nextSame
 		if r.nextSame != nil {
 			r.nextSame.prevSame = r.prevSame
 		} else {
-			s.byKey[r.key].tail = r.prevSame
+			s.byKey.slots[i].head.tail = r.prevSame
 		}
 	}
 	r.prevSame, r.nextSame, r.tail = nil, nil, nil
@@ -214,6 +224,6 @@ func (s *pendingSet) takeAll(out *reqList) {
 		}
 		*l = ageList{}
 	}
-	clear(s.byKey) // keeps the map's storage for the next connection
+	s.byKey.reset()
 	s.n = 0
 }

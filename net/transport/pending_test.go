@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/ringkeeper/ringkeeper/net/protocol"
@@ -19,8 +21,8 @@ func TestPendingSet(t *testing.T) {
 	}
 	add := &request{key: other, ctx: "add", expiry: 100}
 	s.insert(add)
-	if s.n != 6 || len(s.byKey) != 2 {
-		t.Fatalf("n %d keys %d", s.n, len(s.byKey))
+	if s.n != 6 || s.byKey.used != 2 {
+		t.Fatalf("n %d keys %d", s.n, s.byKey.used)
 	}
 	s.remove(rs[2]) // middle
 	s.remove(rs[4]) // tail
@@ -42,7 +44,141 @@ func TestPendingSet(t *testing.T) {
 	}
 	out = reqList{}
 	s.takeAll(&out)
-	if out.head != add || s.n != 0 || len(s.byKey) != 0 || s.adds.head != nil {
+	if out.head != add || s.n != 0 || s.byKey.used != 0 || s.adds.head != nil {
 		t.Fatal("takeAll")
+	}
+}
+
+// BenchmarkPendingSet is one add's cost in a connection's pending set with 1000 in flight:
+// an insert and the pop of the response, in order and with responses out of order.
+func BenchmarkPendingSet(b *testing.B) {
+	const window = 1000
+	for _, order := range []string{"inorder", "shuffled"} {
+		b.Run(order, func(b *testing.B) {
+			var s pendingSet
+			reqs := make([]request, window)
+			// Responses answer a permutation of each window of requests.
+			perm := make([]int64, window)
+			for i := range perm {
+				perm[i] = int64(i)
+			}
+			if order == "shuffled" {
+				rand.New(rand.NewPCG(1, 2)).Shuffle(window, func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+			}
+			for i := range reqs {
+				reqs[i].key = reqKey{ledgerID: 7, entryID: int64(i), op: protocol.OpAddEntry}
+				s.insert(&reqs[i])
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range int64(b.N) {
+				round, slot := i/window, i%window
+				k := reqKey{ledgerID: 7, entryID: round*window + perm[slot], op: protocol.OpAddEntry}
+				r := s.pop(k)
+				if r == nil {
+					b.Fatalf("no request for %+v", k)
+				}
+				r.key.entryID += window
+				s.insert(r)
+			}
+		})
+	}
+}
+
+// TestKeyTableMatchesAMap drives the open-addressing table with random inserts and deletes of
+// keys from a small universe and checks every key against a map after each step. With 45 keys
+// about 30 are live in the smallest table (64 slots): clusters are long and often wrap around
+// the table's end, which is where deletion's back-shifting goes wrong first.
+func TestKeyTableMatchesAMap(t *testing.T) {
+	for _, keys := range []int{45, 200} {
+		t.Run(fmt.Sprint(keys), func(t *testing.T) { testKeyTable(t, keys) })
+	}
+}
+
+func testKeyTable(t *testing.T, keys int) {
+	rng := rand.New(rand.NewPCG(3, uint64(keys)))
+	var kt keyTable
+	model := map[reqKey]*request{}
+	universe := make([]reqKey, keys)
+	for i := range universe {
+		op := protocol.OpAddEntry
+		if i%3 == 0 {
+			op = protocol.OpReadEntry
+		}
+		universe[i] = reqKey{ledgerID: int64(i % 7), entryID: int64(i / 7), op: op}
+	}
+	for step := range 20000 {
+		k := universe[rng.IntN(len(universe))]
+		if _, ok := model[k]; ok && rng.IntN(2) == 0 {
+			i, found := kt.lookup(k)
+			if !found {
+				t.Fatalf("step %d: %+v missing", step, k)
+			}
+			kt.clearSlot(i)
+			delete(model, k)
+		} else {
+			r := &request{key: k}
+			kt.reserve()
+			if i, found := kt.find(k); found {
+				kt.slots[i].head = r
+			} else {
+				kt.fill(i, r)
+			}
+			model[k] = r
+		}
+		if kt.used != len(model) {
+			t.Fatalf("step %d: used %d, model %d", step, kt.used, len(model))
+		}
+		for _, k := range universe {
+			var got *request
+			if i, ok := kt.lookup(k); ok {
+				got = kt.slots[i].head
+			}
+			if got != model[k] {
+				t.Fatalf("step %d: key %+v: table %p, model %p", step, k, got, model[k])
+			}
+		}
+	}
+	if len(kt.slots) > 4*len(universe) {
+		t.Fatalf("table grew to %d slots for at most %d keys", len(kt.slots), len(universe))
+	}
+}
+
+// TestKeyTableWrapsAround builds clusters that cross the end of the smallest table (keys whose
+// home slots are the last two and the first) and deletes their keys in every order of a
+// random sample, checking the rest stay findable.
+func TestKeyTableWrapsAround(t *testing.T) {
+	var kt keyTable
+	kt.reserve() // keyTableMinSize slots
+	n := len(kt.slots)
+	var keys []reqKey
+	for e := int64(0); len(keys) < 8; e++ {
+		k := reqKey{ledgerID: 5, entryID: e, op: protocol.OpAddEntry}
+		if h := kt.home(k); h >= n-2 || h == 0 {
+			keys = append(keys, k)
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for round := range 200 {
+		kt.reset()
+		live := map[reqKey]bool{}
+		for _, k := range keys {
+			i, _ := kt.find(k)
+			kt.fill(i, &request{key: k})
+			live[k] = true
+		}
+		for _, j := range rng.Perm(len(keys)) {
+			i, ok := kt.lookup(keys[j])
+			if !ok {
+				t.Fatalf("round %d: %+v lost", round, keys[j])
+			}
+			kt.clearSlot(i)
+			delete(live, keys[j])
+			for _, k := range keys {
+				if _, ok := kt.lookup(k); ok != live[k] {
+					t.Fatalf("round %d: %+v found %v, live %v", round, k, ok, live[k])
+				}
+			}
+		}
 	}
 }
