@@ -310,6 +310,11 @@ func TestOSConcurrentReadsThroughRing(t *testing.T) {
 	if IOUringAvailable() == nil && readerFor() == nil {
 		t.Fatal("io_uring is available but reads did not use it")
 	}
+	if r := readerFor(); r != nil {
+		if n := r.woken.Load(); n != 0 {
+			t.Fatalf("%d readers counted as woken with no read in flight", n)
+		}
+	}
 }
 
 // TestURingWriteSyncerFailedWrite: a write the kernel fails (here O_DIRECT from a misaligned

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -21,7 +22,11 @@ import (
 // A reader takes a slot (the slots bound reads in flight), queues its request and, unless
 // another reader is submitting already, becomes the submitter: it submits whatever requests
 // have queued up with one io_uring_enter (on a VM each submission is an exit to the host:
-// batching them matters) until none is left, then waits on its slot. No goroutine sits between
+// batching them matters) until none is left, then waits on its slot. Readers come back in
+// waves (the completer wakes every reader of a batch of completions, and they run one after
+// another), so a would-be submitter that sees woken readers not yet resumed yields once first:
+// their next reads then go out in its submission instead of one io_uring_enter each (cold
+// random reads at 32 in flight: 13-19% more reads/s, BENCHMARKS.md). No goroutine sits between
 // a reader and the ring (a hand-off to a submitter goroutine cost a wake-up per read). The
 // completer goroutine sleeps in the netpoller on an eventfd that the ring signals for every
 // completion, drains the CQ and wakes each slot's reader. Ring and completer live as long as
@@ -41,6 +46,8 @@ type uringReader struct {
 	// broken is set when a submission fails: its SQEs may still be queued, so the ring is not
 	// trusted again and reads fall back to pread.
 	broken atomic.Bool
+	// woken counts the readers handed a completion that have not yet resumed (see enqueue).
+	woken atomic.Int64
 }
 
 type readReq struct {
@@ -141,6 +148,7 @@ func (r *uringReader) pread(fd int, p []byte, off int64) (n int, err error, ok b
 	if res == notSubmitted {
 		return 0, nil, false // the slot stays taken: a late completion for it must not reach a new read
 	}
+	r.woken.Add(-1)
 	r.free <- i
 	if res < 0 {
 		return 0, unix.Errno(-res), true
@@ -153,7 +161,14 @@ func (r *uringReader) pread(fd int, p []byte, off int64) (n int, err error, ok b
 func (r *uringReader) enqueue(req readReq) {
 	r.mu.Lock()
 	r.queued = append(r.queued, req)
-	if r.submitting {
+	if !r.submitting && r.woken.Load() > 0 {
+		// Readers that the completer has woken are about to queue their next reads: let them
+		// run first, once, and submit theirs with this one.
+		r.mu.Unlock()
+		runtime.Gosched()
+		r.mu.Lock()
+	}
+	if r.submitting || len(r.queued) == 0 {
 		r.mu.Unlock()
 		return
 	}
@@ -209,9 +224,11 @@ func (r *uringReader) complete() {
 		for {
 			n, err := r.ring.PeekBatchCQE(cqes)
 			for _, c := range cqes[:n] {
+				r.woken.Add(1)
 				select {
 				case r.slots[c.UserData].done <- c.Res:
 				default: // a read already told it was not submitted (the ring broke)
+					r.woken.Add(-1)
 				}
 			}
 			if err != nil || n < len(cqes) {
