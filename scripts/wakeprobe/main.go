@@ -1,7 +1,8 @@
 // Command wakeprobe measures how long a goroutine made runnable by a goroutine that keeps
-// running waits before it runs, against how long an OS thread woken the same way waits. It
-// explains the hand-off costs quoted in BENCHMARKS.md: each hand-off of work between
-// goroutines (an event loop waking the journal, a callback waking a writer) pays the first.
+// running waits before it runs, against how long an OS thread woken the same way waits, and
+// against a waker that yields right after the wake-up. It explains the hand-off costs quoted
+// in BENCHMARKS.md: each hand-off of work between goroutines (an event loop waking the
+// journal, a callback waking a writer) pays the first.
 //
 //	go run ./scripts/wakeprobe            # GOMAXPROCS as the runtime sets it
 //	GOMAXPROCS=4 go run ./scripts/wakeprobe
@@ -86,6 +87,32 @@ func threads() []time.Duration {
 	return lat
 }
 
+// yielding: as goroutines, but the waker yields (runtime.Gosched) right after the send, so
+// the receiver runs at once on the waker's P; self is how long the waker was off its CPU.
+// Fast, but a consumer woken this way finds one item where it would have found a batch:
+// used only where the woken goroutines are producers whose work the waker then batches
+// (diskio's shared read ring).
+func yielding() (lat, self []time.Duration) {
+	ch := make(chan int64)
+	res := make(chan time.Duration, 1)
+	go func() {
+		for sent := range ch {
+			res <- time.Duration(now() - sent)
+		}
+	}()
+	for range rounds {
+		time.Sleep(idle)
+		ch <- now()
+		t := now()
+		runtime.Gosched()
+		self = append(self, time.Duration(now()-t))
+		spin(busy)
+		lat = append(lat, <-res)
+	}
+	close(ch)
+	return lat, self
+}
+
 func report(name string, lat []time.Duration) {
 	slices.Sort(lat)
 	q := func(f float64) time.Duration { return lat[int(f*float64(len(lat)-1))].Round(100 * time.Nanosecond) }
@@ -97,4 +124,7 @@ func main() {
 		runtime.GOMAXPROCS(0), runtime.NumCPU(), busy)
 	report("goroutine woken by a busy one", goroutines())
 	report("OS thread woken by a busy one", threads())
+	lat, self := yielding()
+	report("goroutine woken, the waker yields", lat)
+	report("  the yielding waker's own delay", self)
 }
