@@ -154,7 +154,7 @@ func TestKeyTableWrapsAround(t *testing.T) {
 	var keys []reqKey
 	for e := int64(0); len(keys) < 8; e++ {
 		k := reqKey{ledgerID: 5, entryID: e, op: protocol.OpAddEntry}
-		if h := kt.home(k); h >= n-2 || h == 0 {
+		if h := kt.home(keyHash(k)); h >= n-2 || h == 0 {
 			keys = append(keys, k)
 		}
 	}
@@ -180,5 +180,40 @@ func TestKeyTableWrapsAround(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestKeyTableHashCollision builds a second key with the first one's hash (keyHash drops the
+// top bits of its mix, so a ledger id can be solved for) and checks that each response still
+// takes its own request.
+func TestKeyTableHashCollision(t *testing.T) {
+	inverse := func(a uint64) uint64 { // of an odd a, modulo 2^64 (Newton's iteration)
+		x := a
+		for range 6 {
+			x *= 2 - a*x
+		}
+		return x
+	}
+	k1 := reqKey{ledgerID: 1, entryID: 5, op: protocol.OpAddEntry}
+	mix := (keyHash(k1) >> keyGroupBits) ^ 1<<62 // the same hash once shifted
+	x := mix ^ mix>>31 ^ mix>>62                 // undo h ^= h>>31
+	x *= inverse(keyMulMix)                      // undo h *= keyMulMix
+	// x = ledger*keyMulLedger ^ group ^ op<<56 with k1's group (entry 5: group 0) and op.
+	k2 := reqKey{ledgerID: int64((x ^ uint64(k1.op)<<56) * inverse(keyMulLedger)), entryID: k1.entryID, op: k1.op}
+	if k1 == k2 || keyHash(k1) != keyHash(k2) {
+		t.Fatalf("no collision: %+v %x, %+v %x", k1, keyHash(k1), k2, keyHash(k2))
+	}
+	var s pendingSet
+	r1, r2 := &request{key: k1}, &request{key: k2}
+	s.insert(r1)
+	s.insert(r2)
+	if got := s.pop(k2); got != r2 {
+		t.Fatalf("pop(k2) = %+v", got)
+	}
+	if got := s.pop(k2); got != nil {
+		t.Fatalf("second pop(k2) = %+v", got)
+	}
+	if got := s.pop(k1); got != r1 {
+		t.Fatalf("pop(k1) = %+v", got)
 	}
 }
