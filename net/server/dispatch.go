@@ -3,7 +3,6 @@ package server
 import (
 	"fmt"
 	"runtime/debug"
-	"time"
 
 	"github.com/ringkeeper/ringkeeper/net/protocol"
 )
@@ -22,7 +21,7 @@ type addOp struct {
 	version  uint8
 	ledgerID int64
 	entryID  int64
-	start    time.Time
+	start    int64 // monoNow at decode
 }
 
 // handleFrame decodes one request frame (the bytes after the length prefix, aliasing the
@@ -103,7 +102,7 @@ func (cc *connState) handleAdd(r *protocol.AddRequest) {
 	if op == nil {
 		op = new(addOp)
 	}
-	*op = addOp{cc: cc, version: r.Header.Version, ledgerID: r.LedgerID, entryID: r.EntryID, start: time.Now()}
+	*op = addOp{cc: cc, version: r.Header.Version, ledgerID: r.LedgerID, entryID: r.EntryID, start: monoNow()}
 	returned := false
 	defer func() {
 		if !returned { // Storage.Add panicked: give the reservation back; the reader recovers

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
-	"time"
 
 	"github.com/valyala/bytebufferpool"
 
@@ -18,7 +17,7 @@ var errStopping = errors.New("server: stopping")
 type readTask struct {
 	cc      *connState
 	header  protocol.Header
-	start   time.Time
+	start   int64 // monoNow at decode
 	fencing bool
 	key     [protocol.MasterKeyLength]byte
 
@@ -36,7 +35,7 @@ func (s *Server) newReadTask(cc *connState, h protocol.Header) *readTask {
 	if t == nil {
 		t = new(readTask)
 	}
-	*t = readTask{cc: cc, header: h, start: time.Now()}
+	*t = readTask{cc: cc, header: h, start: monoNow()}
 	return t
 }
 

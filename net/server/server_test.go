@@ -423,7 +423,7 @@ func TestMetrics(t *testing.T) {
 	}
 	// A nil *Metrics is valid everywhere.
 	var nilM *Metrics
-	nilM.observeAdd(time.Now(), true)
+	nilM.observeAdd(monoNow(), true)
 	nilM.addRejected()
 	nilM.connClosed(closePanic)
 }
