@@ -51,8 +51,8 @@
 //  2. In every ledger dir, in parallel: swap the write-cache halves (seal the active one and wait
 //     for adds in progress on it);
 //  3. write the sealed half to the entry log sorted by (ledger, entry), so a ledger's entries lie
-//     together, and fsync it; the writing is paced to take half the time the half took to fill,
-//     so that a journal on the same disk keeps part of it (flushpace.go);
+//     together, and fsync it; the writing is paced to end when the active half is about 3/4
+//     full, so that a journal on the same disk keeps part of it (flushpace.go);
 //  4. write its locations and every changed ledger state (even when no entry moved) to the index
 //     as one synced batch; only then recycle the half.
 //  5. Only after every dir has flushed, persist each journal's mark in every ledger dir (temp
