@@ -47,6 +47,8 @@ type uringReader struct {
 	// trusted again and reads fall back to pread.
 	broken atomic.Bool
 	// woken counts the readers handed a completion that have not yet resumed (see enqueue).
+	// Once the ring is broken it may stay above zero (a late completion for a read told it
+	// was not submitted): harmless, since a broken ring takes no more reads.
 	woken atomic.Int64
 }
 
