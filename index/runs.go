@@ -80,34 +80,27 @@ func scanRun(v []byte, ledgerID, last int64, fn func(pair) bool) error {
 	}
 	v = v[k:]
 	entry := first
-	if n == 1 && (entry != last || len(v) != 0) {
-		return runCorrupt(ledgerID, last, "entries do not end at the key's entry, or trailing bytes")
-	}
-	if !fn(pair{entry, loc}) {
-		return nil
-	}
-	for i := 1; i < n; i++ {
-		de, k := binary.Uvarint(v)
-		if k <= 0 || de == 0 || de > uint64(last-entry) {
-			return runCorrupt(ledgerID, last, "bad entry delta")
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			de, k := binary.Uvarint(v)
+			if k <= 0 || de == 0 || de > uint64(last-entry) {
+				return runCorrupt(ledgerID, last, "bad entry delta")
+			}
+			v = v[k:]
+			dl, k := binary.Varint(v)
+			if k <= 0 {
+				return runCorrupt(ledgerID, last, "truncated")
+			}
+			v = v[k:]
+			entry += int64(de)
+			loc += uint64(dl)
 		}
-		v = v[k:]
-		dl, k := binary.Varint(v)
-		if k <= 0 {
-			return runCorrupt(ledgerID, last, "truncated")
-		}
-		v = v[k:]
-		entry += int64(de)
-		loc += uint64(dl)
 		if i == n-1 && (entry != last || len(v) != 0) {
-			break
+			return runCorrupt(ledgerID, last, "entries do not end at the key's entry, or trailing bytes")
 		}
 		if !fn(pair{entry, loc}) {
 			return nil
 		}
-	}
-	if entry != last || len(v) != 0 {
-		return runCorrupt(ledgerID, last, "entries do not end at the key's entry, or trailing bytes")
 	}
 	return nil
 }
