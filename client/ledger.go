@@ -209,7 +209,7 @@ func (lh *Ledger) AppendAsync(data []byte, done func(entryID int64, err error)) 
 	lh.send(sends[:n])
 }
 
-// commonWriteQuorum is the largest write quorum whose add sends nothing on the heap.
+// commonWriteQuorum is the largest write quorum whose adds keep their send list on the stack.
 const commonWriteQuorum = 8
 
 func (lh *Ledger) writableErrLocked() error {
