@@ -141,7 +141,9 @@ if want("server"):
     # One bookie over loopback, 64 raw-codec connections (`bench server`: no client library, the
     # server issue's figure), against the engine alone with the same 64 x 64 load; then the
     # client library at (1,1,1) with 1000 in flight against the same bookie setup (issue 6's
-    # ratio), interleaved so that each triple shares the machine's state.
+    # ratio), and the raw codec in the client's shape (one connection, 1000 in flight), so that
+    # the library's own cost shows apart from the shape's; interleaved so that each set of runs
+    # shares the machine's state.
     SRV = ["bench", "server", "--connections", "64", "--in-flight", "64", "--duration", "10s", "--warmup", "3s"]
     for i in range(args.reps):
         run("server-storage-adds", ST64)
@@ -149,6 +151,8 @@ if want("server"):
         run("client-111-1000inflight", ["bench", "write"] + STANDALONE + [f"{D}/c111-{i}", "--bookies", "1",
             "--ensemble", "1", "--write-quorum", "1", "--ack-quorum", "1", "--in-flight", "1000",
             "--duration", "10s", "--warmup", "3s"])
+        run("server-raw-1conn-1000inflight", ["bench", "server", "--connections", "1", "--in-flight", "1000",
+            "--duration", "10s", "--warmup", "3s"] + STANDALONE + [f"{D}/srv1c{i}"])
         if w is None:
             continue
         half = w["ops_per_sec"] / 2
