@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/internal/diskio"
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
 	"github.com/ringkeeper/ringkeeper/journal"
 )
 
@@ -86,7 +87,7 @@ func (o JournalOptions) config() map[string]any {
 // benchEntry is a reusable journal entry with its send time.
 type benchEntry struct {
 	journal.Entry
-	sent int64 // nanoseconds on the bench clock: intended start (open loop) or send time
+	sent int64 // monotime nanoseconds: intended start (open loop) or send time
 	w    *appendWriter
 }
 
@@ -96,17 +97,13 @@ type appendWriter struct {
 	rec  *Recorder
 }
 
-var benchClock = time.Now()
-
-func benchNow() int64 { return int64(time.Since(benchClock)) }
-
 // pacer spaces one goroutine's operations so that goroutines of them together run at rate per
 // second (open loop); a rate of 0 is a closed loop. Each operation's latency counts from the
 // time it was due, so a system that falls behind is not hidden by waiting for it.
 type pacer struct{ interval, next int64 }
 
 func newPacer(rate float64, goroutines int) pacer {
-	p := pacer{next: benchNow()}
+	p := pacer{next: monotime.Now()}
 	if rate > 0 {
 		p.interval = int64(float64(time.Second) * float64(goroutines) / rate)
 	}
@@ -118,7 +115,7 @@ func (p *pacer) closedLoop() bool { return p.interval == 0 }
 
 // wait waits until the next operation is due and returns when it was due (now, in a closed loop).
 func (p *pacer) wait() int64 {
-	now := benchNow()
+	now := monotime.Now()
 	if p.interval == 0 {
 		return now
 	}
@@ -135,7 +132,7 @@ func journalDone(e *journal.Entry, err error) {
 	if err != nil {
 		be.w.rec.Error()
 	} else {
-		be.w.rec.Record(time.Duration(benchNow()-be.sent), len(e.Payload))
+		be.w.rec.Record(time.Duration(monotime.Now()-be.sent), len(e.Payload))
 	}
 	be.w.free <- be
 }
@@ -242,7 +239,7 @@ func runAppendWriter(ctx context.Context, o JournalOptions, index int, aw *appen
 	if o.Rate > 0 {
 		interval = int64(float64(time.Second) * float64(o.Writers) / o.Rate)
 	}
-	next := benchNow()
+	next := monotime.Now()
 	ledger := int64(index % o.Ledgers)
 	var entryID int64
 	var now int64
@@ -253,10 +250,10 @@ func runAppendWriter(ctx context.Context, o JournalOptions, index int, aw *appen
 			// Entries that come back together (one journal group) share one clock read.
 		default:
 			be = <-aw.free // every outstanding entry comes back, so this never waits forever
-			now = benchNow()
+			now = monotime.Now()
 		}
 		if now == 0 {
-			now = benchNow()
+			now = monotime.Now()
 		}
 		if ctx.Err() != nil {
 			aw.free <- be

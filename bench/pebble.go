@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
 )
 
 // RunPebbleBaseline runs the journal workload's durable appends through pebble's synced batch
@@ -59,7 +61,7 @@ func RunPebbleBaseline(ctx context.Context, o JournalOptions) (*Result, error) {
 					rec.Error()
 					return
 				}
-				rec.Record(time.Duration(benchNow()-start), len(payload))
+				rec.Record(time.Duration(monotime.Now()-start), len(payload))
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/client"
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
 )
 
 // ReadOptions configures the read workload: catch-up reads of existing ledgers.
@@ -104,9 +105,9 @@ func RunRead(ctx context.Context, o ReadOptions) (*Result, error) {
 					last = first
 					lh = handles[rng.IntN(len(handles))]
 				}
-				start := benchNow()
+				start := monotime.Now()
 				entries, err := lh.Read(runCtx, first, last)
-				lat := time.Duration(benchNow() - start)
+				lat := time.Duration(monotime.Now() - start)
 				if err != nil {
 					if runCtx.Err() == nil {
 						rec.Error()

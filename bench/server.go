@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
 	"github.com/ringkeeper/ringkeeper/net/protocol"
 )
 
@@ -102,7 +103,7 @@ func RunServer(ctx context.Context, o ServerOptions) (*Result, error) {
 		wg.Go(func() { pace(runCtx, conns, o.Rate, o.PaceInterval) })
 	} else {
 		for _, c := range conns {
-			if sendErr = c.send(o.InFlight, benchNow(), 0); sendErr != nil {
+			if sendErr = c.send(o.InFlight, monotime.Now(), 0); sendErr != nil {
 				cancel()
 				break
 			}
@@ -209,7 +210,7 @@ func (c *rawConn) readLoop(ctx context.Context) error {
 			return err
 		}
 		have += n
-		now := benchNow()
+		now := monotime.Now()
 		lat = lat[:0]
 		off := 0
 		for {
@@ -247,9 +248,9 @@ func (c *rawConn) readLoop(ctx context.Context) error {
 // due (its share of rate), as far as its in-flight limit allows; the others stay due.
 func pace(ctx context.Context, conns []*rawConn, rate float64, interval time.Duration) {
 	step := int64(float64(time.Second) * float64(len(conns)) / rate) // per connection
-	start := benchNow()
+	start := monotime.Now()
 	for ctx.Err() == nil {
-		now := benchNow()
+		now := monotime.Now()
 		for i, c := range conns {
 			// Connections are staggered by i*step/len so the whole load is evenly spread.
 			offset := start + int64(i)*step/int64(len(conns))
@@ -263,6 +264,6 @@ func pace(ctx context.Context, conns []*rawConn, rate float64, interval time.Dur
 				return // the reader reports the connection's error
 			}
 		}
-		time.Sleep(interval - time.Duration(benchNow()-now)%interval)
+		time.Sleep(interval - time.Duration(monotime.Now()-now)%interval)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ringkeeper/ringkeeper/engine"
 	"github.com/ringkeeper/ringkeeper/internal/diskio"
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
 	"github.com/ringkeeper/ringkeeper/journal"
 )
 
@@ -118,7 +119,7 @@ func storageDone(ctx any, err error) {
 	if err != nil {
 		a.rec.Error()
 	} else {
-		a.rec.Record(time.Duration(benchNow()-a.sent), a.size)
+		a.rec.Record(time.Duration(monotime.Now()-a.sent), a.size)
 	}
 	a.free <- a
 }
@@ -357,12 +358,12 @@ func runStorageReads(ctx context.Context, o StorageOptions, eng *engine.Engine, 
 					ledger, entry = (ledger+int64(o.ReadOutstanding))%int64(len(counts)), 0
 					continue
 				}
-				start := benchNow()
+				start := monotime.Now()
 				out, err := eng.Read(ledger, entry, buf[:0])
 				if err != nil {
 					rec.Error()
 				} else {
-					rec.Record(time.Duration(benchNow()-start), len(out)-32)
+					rec.Record(time.Duration(monotime.Now()-start), len(out)-32)
 				}
 				entry++
 			}

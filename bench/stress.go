@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/client"
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
 )
 
 // StressOptions configures the stress workload: a long mixed run in which workers create
@@ -144,12 +145,12 @@ func RunStress(ctx context.Context, o StressOptions) (*Result, error) {
 					}
 					sem <- struct{}{}
 					inner.Add(1)
-					sent := benchNow()
+					sent := monotime.Now()
 					lh.AppendAsync(stressPayload(lh.ID(), int64(e), o.EntrySize), func(id int64, err error) {
 						if err != nil {
 							failed.Store(true)
 						} else {
-							rec.Record(time.Duration(benchNow()-sent), o.EntrySize)
+							rec.Record(time.Duration(monotime.Now()-sent), o.EntrySize)
 							mu.Lock()
 							sl.acked = id // completions come in order
 							mu.Unlock()

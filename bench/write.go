@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/client"
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
 )
 
 // WriteOptions configures the write workload: clients → bookies over the network.
@@ -190,7 +191,7 @@ func runAppends(ctx context.Context, l appendLoad, rec *Recorder) (appendResult,
 			for slot := range slots {
 				st := &slots[slot]
 				st.done = func(id int64, err error) {
-					now := benchNow() // the completion, and the next append's start in a closed loop
+					now := monotime.Now() // the completion, and the next append's start in a closed loop
 					if err != nil {
 						rec.Error()
 						failed.Add(1)

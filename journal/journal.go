@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/ringkeeper/ringkeeper/internal/diskio"
 )
@@ -268,8 +267,3 @@ func (j *Journal) GC(persisted Mark) error {
 
 // FilePath returns the path of journal file id.
 func (j *Journal) FilePath(id uint64) string { return filepath.Join(j.cfg.Dir, FileName(id)) }
-
-var clockBase = time.Now()
-
-// nanotime is a monotonic clock in nanoseconds.
-func nanotime() int64 { return int64(time.Since(clockBase)) }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/internal/diskio"
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
 )
 
 // owner is the state of the writer goroutine. Nothing in it is shared.
@@ -29,7 +30,7 @@ type owner struct {
 func (j *Journal) runOwner(first *journalFile, free []*group) {
 	o := &owner{j: j, file: first, offset: first.dataStart, free: free, timer: time.NewTimer(time.Hour)}
 	o.timer.Stop()
-	o.lastSync = nanotime()
+	o.lastSync = monotime.Now()
 	j.groups = append([]*group(nil), free...)
 	close(j.groupsReady)
 	defer close(j.ownerDone)
@@ -56,7 +57,7 @@ func (o *owner) step() bool {
 	}
 	if o.next == len(o.batch) {
 		o.batch, o.next = j.q.take(), 0
-		o.batchNs = nanotime()
+		o.batchNs = monotime.Now()
 		j.stats.QueueDepth.Store(int64(len(o.batch)))
 	}
 	o.fill()
@@ -72,7 +73,7 @@ func (o *owner) step() bool {
 		return true
 	}
 	full := o.next < len(o.batch) || o.cur.used >= j.cfg.BufferedWritesThreshold
-	waited := nanotime() - o.cur.firstNs
+	waited := monotime.Now() - o.cur.firstNs
 	due := full || j.cfg.FlushWhenQueueEmpty || waited >= int64(j.cfg.MaxGroupWait) || j.q.isClosed()
 	if due && o.inFlight < j.cfg.PipelineDepth {
 		g := o.cur
@@ -178,7 +179,7 @@ func (o *owner) commit(g *group, forceSync bool) bool {
 	if m := j.LastLogMark(); m.FileID == o.file.id {
 		claim = m.Offset
 	}
-	now := nanotime()
+	now := monotime.Now()
 	g.seq, g.err = o.seq, nil
 	g.synced = forceSync || j.cfg.SyncData || now-o.lastSync >= int64(j.cfg.PageCacheFlushInterval)
 	end := int(diskio.AlignUp(int64(g.used+recordHeaderSize), j.cfg.Alignment))
@@ -298,7 +299,7 @@ func (j *Journal) finish(g *group) {
 	if err == nil {
 		if g.synced && !g.fileEnd {
 			j.advanceMark(Mark{FileID: g.file.id, Offset: g.end})
-			latency := nanotime() - g.submitNs
+			latency := monotime.Now() - g.submitNs
 			j.stats.Syncs.Add(1)
 			j.stats.SyncNanos.Add(uint64(latency))
 			if j.cfg.OnGroup != nil {

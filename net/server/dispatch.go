@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime/debug"
 
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
 	"github.com/ringkeeper/ringkeeper/net/protocol"
 )
 
@@ -21,7 +22,7 @@ type addOp struct {
 	version  uint8
 	ledgerID int64
 	entryID  int64
-	start    int64 // monoNow at decode
+	start    int64 // monotime.Now at decode
 }
 
 // handleFrame decodes one request frame (the bytes after the length prefix, aliasing the
@@ -102,7 +103,7 @@ func (cc *connState) handleAdd(r *protocol.AddRequest) {
 	if op == nil {
 		op = new(addOp)
 	}
-	*op = addOp{cc: cc, version: r.Header.Version, ledgerID: r.LedgerID, entryID: r.EntryID, start: monoNow()}
+	*op = addOp{cc: cc, version: r.Header.Version, ledgerID: r.LedgerID, entryID: r.EntryID, start: monotime.Now()}
 	returned := false
 	defer func() {
 		if !returned { // Storage.Add panicked: give the reservation back; the reader recovers

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
 )
 
 // Metrics are the server's Prometheus collectors. Names follow BookKeeper's Prometheus
@@ -85,33 +87,27 @@ func (m *Metrics) bind(s *Server) {
 	}
 }
 
-// monoEpoch is the origin of monoNow.
-var monoEpoch = time.Now()
-
-// monoNow is a monotonic clock in nanoseconds: a request's start time, one clock read where
-// time.Now takes two (wall and monotonic) and a time.Time is three words to carry.
-func monoNow() int64 { return int64(time.Since(monoEpoch)) }
-
 func (m *Metrics) observeAdd(start int64, ok bool) {
 	if m == nil {
 		return
 	}
-	if ok {
-		m.addOK.Observe(time.Duration(monoNow() - start).Seconds())
-	} else {
-		m.addFail.Observe(time.Duration(monoNow() - start).Seconds())
-	}
+	observeSince(m.addOK, m.addFail, start, ok)
 }
 
 func (m *Metrics) observeRead(start int64, ok bool) {
 	if m == nil {
 		return
 	}
+	observeSince(m.readOK, m.readFail, start, ok)
+}
+
+// observeSince records the time since start (monotime) in ok's histogram or fail's.
+func observeSince(okHist, failHist prometheus.Observer, start int64, ok bool) {
+	h := failHist
 	if ok {
-		m.readOK.Observe(time.Duration(monoNow() - start).Seconds())
-	} else {
-		m.readFail.Observe(time.Duration(monoNow() - start).Seconds())
+		h = okHist
 	}
+	h.Observe(time.Duration(monotime.Now() - start).Seconds())
 }
 
 func (m *Metrics) addRejected() {

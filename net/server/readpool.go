@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/bytebufferpool"
 
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
 	"github.com/ringkeeper/ringkeeper/net/protocol"
 )
 
@@ -17,7 +18,7 @@ var errStopping = errors.New("server: stopping")
 type readTask struct {
 	cc      *connState
 	header  protocol.Header
-	start   int64 // monoNow at decode
+	start   int64 // monotime.Now at decode
 	fencing bool
 	key     [protocol.MasterKeyLength]byte
 
@@ -35,7 +36,7 @@ func (s *Server) newReadTask(cc *connState, h protocol.Header) *readTask {
 	if t == nil {
 		t = new(readTask)
 	}
-	*t = readTask{cc: cc, header: h, start: monoNow()}
+	*t = readTask{cc: cc, header: h, start: monotime.Now()}
 	return t
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
 	"github.com/ringkeeper/ringkeeper/net/protocol"
 	"github.com/ringkeeper/ringkeeper/net/server/servertest"
 )
@@ -423,7 +424,7 @@ func TestMetrics(t *testing.T) {
 	}
 	// A nil *Metrics is valid everywhere.
 	var nilM *Metrics
-	nilM.observeAdd(monoNow(), true)
+	nilM.observeAdd(monotime.Now(), true)
 	nilM.addRejected()
 	nilM.connClosed(closePanic)
 }

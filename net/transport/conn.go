@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
 	"github.com/ringkeeper/ringkeeper/net/protocol"
 )
 
@@ -45,8 +46,8 @@ type Conn struct {
 	addr string
 
 	stats connCounters
-	// lastRecv is when the current connection was established or last received bytes (pool
-	// clock): a connection silent for a whole request timeout while requests time out on it
+	// lastRecv is when the current connection was established or last received bytes
+	// (monotime): a connection silent for a whole request timeout while requests time out on it
 	// is closed as unresponsive.
 	lastRecv atomic.Int64
 
@@ -62,7 +63,7 @@ type Conn struct {
 	spare      []byte // the writer's other buffer, when it is not writing it
 	space      chan struct{}
 	failures   int   // consecutive failed connection attempts
-	retryAt    int64 // end of the backoff (pool clock)
+	retryAt    int64 // end of the backoff (monotime)
 	backoffErr error // what requests fail with during the backoff
 }
 
@@ -108,7 +109,7 @@ func (c *Conn) Healthy() bool {
 	case stateClosed:
 		return false
 	case stateBackoff:
-		return c.p.now() >= c.retryAt
+		return monotime.Now() >= c.retryAt
 	}
 	return true
 }
@@ -235,7 +236,7 @@ func (c *Conn) Read(ledgerID, entryID int64, flags protocol.Flags, masterKey *[p
 // there is none. It may block while the queue is over MaxQueuedBytesPerConn (at most until
 // the request's timeout).
 func (c *Conn) submit(r *request, f *frame, timeout time.Duration) {
-	now := c.p.now()
+	now := monotime.Now()
 	expiry := now + int64(timeout)
 	for {
 		c.mu.Lock()
@@ -268,7 +269,7 @@ func (c *Conn) submit(r *request, f *frame, timeout time.Duration) {
 				return
 			}
 			c.waitSpaceUnlock(time.Duration(expiry - now))
-			now = c.p.now()
+			now = monotime.Now()
 			continue
 		}
 		wasEmpty := len(c.wbuf) == 0
@@ -394,7 +395,7 @@ func (c *Conn) fail(gen uint64, established bool, kind, cause error) {
 			delay = c.p.cfg.ReconnectMax
 		}
 		c.state = stateBackoff
-		c.retryAt = c.p.now() + int64(delay)
+		c.retryAt = monotime.Now() + int64(delay)
 		c.backoffErr = fmt.Errorf("%w: %s: in reconnect backoff (%v) after: %w", ErrConnection, c.addr, delay, err)
 	}
 	c.writerCond.Broadcast()

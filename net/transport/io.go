@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
 	"github.com/ringkeeper/ringkeeper/net/protocol"
 )
 
@@ -34,7 +35,7 @@ func (c *Conn) run(gen uint64) {
 		return
 	}
 	c.state, c.failures = stateReady, 0
-	c.lastRecv.Store(c.p.now())
+	c.lastRecv.Store(monotime.Now())
 	c.p.wg.Add(1)
 	go c.readLoop(gen, nc, fr)
 	c.mu.Unlock()
@@ -206,7 +207,7 @@ func (c *Conn) readLoop(gen uint64, nc net.Conn, fr *frameReader) {
 			c.fail(gen, true, ErrConnection, err)
 			return
 		}
-		c.lastRecv.Store(c.p.now())
+		c.lastRecv.Store(monotime.Now())
 	}
 }
 

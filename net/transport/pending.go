@@ -22,7 +22,7 @@ type request struct {
 	add    AddCallback
 	read   ReadCallback
 	ctx    any
-	expiry int64 // deadline, nanoseconds on the pool's monotonic clock
+	expiry int64 // deadline, monotime nanoseconds
 
 	// Requests with the same key form a FIFO chain; the map holds its head. tail is valid on
 	// the head only.

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
 )
 
 // Pool holds one multiplexed connection per bookie address, shared by every ledger of a
@@ -13,10 +15,9 @@ import (
 // one completer goroutine that times requests out and delivers the failures decided on a
 // caller's goroutine.
 type Pool struct {
-	cfg   Config
-	tls   *tls.Config // cfg.TLS cloned, nil for plaintext
-	log   *slog.Logger
-	epoch time.Time // origin of the monotonic clock used for deadlines
+	cfg Config
+	tls *tls.Config // cfg.TLS cloned, nil for plaintext
+	log *slog.Logger
 
 	ctx    context.Context // canceled by Close: aborts dials and handshakes
 	cancel context.CancelFunc
@@ -47,7 +48,6 @@ func NewPool(cfg Config) (*Pool, error) {
 	p := &Pool{
 		cfg:      cfg,
 		log:      cfg.Logger,
-		epoch:    time.Now(),
 		closing:  make(chan struct{}),
 		loopDone: make(chan struct{}),
 		failKick: make(chan struct{}, 1),
@@ -60,9 +60,6 @@ func NewPool(cfg Config) (*Pool, error) {
 	go p.loop()
 	return p, nil
 }
-
-// now is the pool's monotonic clock in nanoseconds.
-func (p *Pool) now() int64 { return int64(time.Since(p.epoch)) }
 
 // Conn returns the connection for addr (host:port), creating it (unconnected) on first use.
 // It never returns nil; after Close it returns a closed connection whose requests fail with
@@ -176,7 +173,7 @@ func (p *Pool) expireAll(conns []*Conn) []*Conn {
 		conns = append(conns, c)
 	}
 	p.mu.RUnlock()
-	now := p.now()
+	now := monotime.Now()
 	for i, c := range conns {
 		var expired reqList
 		if c.expire(now, &expired) > 0 {
