@@ -1,12 +1,11 @@
 package bookie
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ringkeeper/ringkeeper/engine"
+	"github.com/ringkeeper/ringkeeper/journal"
 )
 
 // metrics are the bookie's own Prometheus series; the network server registers its own. Names
@@ -15,10 +14,17 @@ type metrics struct {
 	groupEntries prometheus.Histogram
 	groupBytes   prometheus.Histogram
 	groupSync    prometheus.Histogram
+	queueWait    prometheus.Histogram
+	groupWait    prometheus.Histogram
+	cbDelay      prometheus.Histogram
 	diskUsage    prometheus.Gauge
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
+	latency := func(name, help string) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help,
+			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 16)})
+	}
 	m := &metrics{
 		groupEntries: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "bookkeeper_server_JOURNAL_FORCE_WRITE_BATCH_ENTRIES",
@@ -30,25 +36,31 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Help:    "Bytes per journal group commit, padding included.",
 			Buckets: prometheus.ExponentialBuckets(4096, 2, 12),
 		}),
-		groupSync: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "bookkeeper_server_JOURNAL_SYNC",
-			Help:    "Time from submitting a journal group to its durable completion (write and sync), seconds.",
-			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 16),
-		}),
+		groupSync: latency("bookkeeper_server_JOURNAL_SYNC",
+			"Time from submitting a journal group to its durable completion (write and sync), seconds."),
+		queueWait: latency("bookkeeper_server_JOURNAL_QUEUE_LATENCY",
+			"Time the oldest record of each journal group waited in the journal's queue, seconds."),
+		groupWait: latency("ringkeeper_journal_group_wait_seconds",
+			"Time from the journal writer taking a group's oldest record to submitting the group (filling, group wait, a free pipeline slot)."),
+		cbDelay: latency("ringkeeper_journal_callback_delay_seconds",
+			"Time from a journal group's durable completion to its first callback."),
 		diskUsage: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ringkeeper_bookie_disk_usage_ratio",
 			Help: "Used fraction of the fullest journal or ledger file system.",
 		}),
 	}
-	reg.MustRegister(m.groupEntries, m.groupBytes, m.groupSync, m.diskUsage,
+	reg.MustRegister(m.groupEntries, m.groupBytes, m.groupSync, m.queueWait, m.groupWait, m.cbDelay, m.diskUsage,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
-func (m *metrics) observeGroup(records, bytes int, sync time.Duration) {
-	m.groupEntries.Observe(float64(records))
-	m.groupBytes.Observe(float64(bytes))
-	m.groupSync.Observe(sync.Seconds())
+func (m *metrics) observeGroup(g journal.GroupStats) {
+	m.groupEntries.Observe(float64(g.Records))
+	m.groupBytes.Observe(float64(g.Bytes))
+	m.groupSync.Observe(g.Sync.Seconds())
+	m.queueWait.Observe(g.QueueWait.Seconds())
+	m.groupWait.Observe(g.GroupWait.Seconds())
+	m.cbDelay.Observe(g.CallbackDelay.Seconds())
 }
 
 // registerEngine exposes the engine's counters, read when scraped.

@@ -109,10 +109,26 @@ type Config struct {
 	SkipInvalidRecords bool
 	// Logger receives warnings; nil means slog.Default().
 	Logger *slog.Logger
-	// OnGroup, if set, is called for every durable group (on the sequencer goroutine: it must
-	// be quick) with its record count, its size on disk and the time from submission to
-	// completion of its write and sync. The bookie feeds its metrics with it.
-	OnGroup func(records, bytes int, syncLatency time.Duration)
+	// OnGroup, if set, is called for every synced group once its records have been called
+	// back, on the callback goroutine (it must be quick). The bookie feeds its metrics with it.
+	OnGroup func(GroupStats)
+}
+
+// GroupStats describe one durable group: where its oldest record's time went, stage by stage.
+type GroupStats struct {
+	Records int
+	Bytes   int // on disk, padding included
+	// QueueWait is from the push of the first record of the batch the group's first record
+	// came in (the oldest record in it) until the writer took that batch from the queue.
+	QueueWait time.Duration
+	// GroupWait is from then until the group was submitted: filling it, and waiting for the
+	// group wait, the queue to run empty or a pipeline slot.
+	GroupWait time.Duration
+	// Sync is from submission until the write and its sync completed.
+	Sync time.Duration
+	// CallbackDelay is from then until the group's first callback began (the callbacks of
+	// earlier groups run first).
+	CallbackDelay time.Duration
 }
 
 // DefaultConfig returns the defaults for a journal in dir.

@@ -115,7 +115,8 @@ type group struct {
 	synced   bool
 	fileEnd  bool // holds only the file-end record: the mark stays before it
 	err      error
-	firstNs  int64
+	firstNs  int64 // when the writer took its first record from the queue
+	queuedNs int64 // when that record's batch began to queue
 	submitNs int64
 	entries  []*Entry
 }

@@ -779,3 +779,93 @@ func TestSetPayloadCRCHoldsForOneAppend(t *testing.T) {
 		t.Errorf("the record with a wrong CRC replayed")
 	}
 }
+
+// TestGroupStatsAttributeTheWait: OnGroup reports where each group's oldest record waited, after
+// the group's callbacks. With one pipeline slot and groups that hold one record each, a slow
+// first write shows as that group's Sync, as the second group's GroupWait (it waits for the
+// slot) and as the third record's QueueWait (the second group is full, so the writer leaves it
+// queued); a slow first callback shows as the second group's CallbackDelay.
+func TestGroupStatsAttributeTheWait(t *testing.T) {
+	const slow = 40 * time.Millisecond
+	fs := diskio.NewMem(4096)
+	cfg := memConfig(fs)
+	cfg.PipelineDepth = 1
+	cfg.BufferedWritesThreshold = 1 // a group is full with one record...
+	const size = 40 << 10           // ...and has no room for a second (capacity 72 KiB)
+	var mu sync.Mutex
+	var stats []GroupStats
+	calledBack, reported := 0, 0
+	cfg.OnGroup = func(g GroupStats) {
+		mu.Lock()
+		defer mu.Unlock()
+		if reported += g.Records; reported > calledBack {
+			t.Errorf("group of %d reported before its callbacks (%d reported, %d called back)", g.Records, reported, calledBack)
+		}
+		stats = append(stats, g)
+	}
+	j, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	first := journalFiles(t, fs, cfg.Dir)[0]
+	started := make(chan struct{})
+	var once sync.Once
+	fs.SetInjector(func(op diskio.Op) error {
+		if op.Kind == diskio.OpWrite && op.Name == first {
+			once.Do(func() { close(started); time.Sleep(slow) }) // only the first group's write
+		}
+		return nil
+	})
+	var acked sync.WaitGroup
+	appendOne := func(entry int64) {
+		acked.Add(1)
+		e := &Entry{Type: RecordData, LedgerID: 1, EntryID: entry, Payload: testPayload(1, entry, size),
+			Done: func(_ *Entry, err error) {
+				if err != nil {
+					t.Errorf("entry %d: %v", entry, err)
+				}
+				if entry == 0 { // a slow callback, while the next group is durable, delays its callbacks
+					for deadline := time.Now().Add(10 * time.Second); j.Stats().Syncs.Load() < 2 && time.Now().Before(deadline); {
+						time.Sleep(time.Millisecond)
+					}
+					time.Sleep(slow / 4)
+				}
+				mu.Lock()
+				calledBack++
+				mu.Unlock()
+				acked.Done()
+			}}
+		if err := j.Append(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendOne(0)
+	<-started // the first group is being written, for `slow`
+	appendOne(1)
+	time.Sleep(slow / 8) // let the writer take record 1 into the second group
+	appendOne(2)
+	acked.Wait()
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(stats) != 3 {
+		t.Fatalf("%d groups reported, want 3: %+v", len(stats), stats)
+	}
+	for i, g := range stats {
+		if g.Records != 1 || g.Bytes <= size || g.QueueWait < 0 || g.GroupWait < 0 || g.Sync < 0 || g.CallbackDelay < 0 {
+			t.Errorf("group %d: %+v", i, g)
+		}
+	}
+	if stats[0].Sync < slow {
+		t.Errorf("first group's sync %v, its write took at least %v", stats[0].Sync, slow)
+	}
+	if min := slow / 4; stats[1].GroupWait < min || stats[2].QueueWait < min {
+		t.Errorf("second group waited %v for the slot, third record %v in the queue: want both at least %v", stats[1].GroupWait, stats[2].QueueWait, min)
+	}
+	if min := slow / 4; stats[1].CallbackDelay < min {
+		t.Errorf("second group's callbacks began %v after it was durable, want at least %v (the first group's callback slept that long after it)", stats[1].CallbackDelay, min)
+	}
+}

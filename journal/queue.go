@@ -1,6 +1,10 @@
 package journal
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
+)
 
 // queue is the bounded hand-off from producers to the journal's owner goroutine. Producers
 // append single records or batches under a short lock; the owner takes everything queued at
@@ -14,6 +18,9 @@ type queue struct {
 	spare   []*Entry
 	limit   int
 	closed  error
+	// oldestNs is when the oldest queued record was pushed (monotime; one clock read when the
+	// queue turns non-empty, none per record).
+	oldestNs int64
 	// notify holds a token when items went from empty to non-empty since the owner last looked.
 	notify chan struct{}
 }
@@ -42,6 +49,9 @@ func (q *queue) push(es ...*Entry) error {
 		return err
 	}
 	wasEmpty := len(q.items) == 0
+	if wasEmpty {
+		q.oldestNs = monotime.Now()
+	}
 	q.items = append(q.items, es...)
 	q.mu.Unlock()
 	if wasEmpty {
@@ -53,10 +63,11 @@ func (q *queue) push(es ...*Entry) error {
 	return nil
 }
 
-// take returns everything queued, in order. The returned slice is valid until the next take.
-func (q *queue) take() []*Entry {
+// take returns everything queued, in order, and when its first record was pushed. The returned
+// slice is valid until the next take.
+func (q *queue) take() (batch []*Entry, oldestNs int64) {
 	q.mu.Lock()
-	batch := q.items
+	batch, oldestNs = q.items, q.oldestNs
 	q.items = q.spare[:0]
 	q.spare = batch
 	wasFull := len(batch) > 0
@@ -64,7 +75,7 @@ func (q *queue) take() []*Entry {
 	if wasFull {
 		q.notFull.Broadcast()
 	}
-	return batch
+	return batch, oldestNs
 }
 
 // close makes later pushes fail with err and wakes blocked producers. Already queued records

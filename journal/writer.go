@@ -21,8 +21,10 @@ type owner struct {
 	timer    *time.Timer
 	lastSync int64
 	// batchNs is when batch was taken: a group's wait counts from when its first record was
-	// taken from the queue (one clock read per batch, not per record).
-	batchNs int64
+	// taken from the queue (one clock read per batch, not per record). batchQueuedNs is when
+	// the batch's first record was pushed.
+	batchNs       int64
+	batchQueuedNs int64
 }
 
 // runOwner is the writer goroutine: it drains the queue into groups and submits each group as
@@ -56,8 +58,8 @@ func (o *owner) step() bool {
 		return true
 	}
 	if o.next == len(o.batch) {
-		o.batch, o.next = j.q.take(), 0
-		o.batchNs = monotime.Now()
+		o.batch, o.batchQueuedNs = j.q.take()
+		o.next, o.batchNs = 0, monotime.Now()
 		j.stats.QueueDepth.Store(int64(len(o.batch)))
 	}
 	o.fill()
@@ -110,7 +112,7 @@ func (o *owner) fill() {
 			return
 		}
 		if len(g.entries) == 0 {
-			g.firstNs = o.batchNs
+			g.firstNs, g.queuedNs = o.batchNs, o.batchQueuedNs
 		}
 		g.used += appendRecord(g.buf[g.used:], salt, e.Type, uint64(e.LedgerID), uint64(e.EntryID), e.Payload, e.payloadCRC)
 		g.entries = append(g.entries, e)
@@ -206,7 +208,7 @@ func (o *owner) commit(g *group, forceSync bool) bool {
 		for o.inFlight > 0 {
 			o.awaitRelease()
 		}
-		g.entries = j.deliver(g.entries, err)
+		g.entries = j.deliver(callbackBatch{entries: g.entries, err: err})
 		o.inFlight++ // recycle counts it back
 		o.recycle(g)
 		return false
@@ -239,7 +241,8 @@ func (o *owner) drainFailed(err error) {
 		o.awaitRelease()
 	}
 	o.failPending(err)
-	o.batch, o.next = o.j.q.take(), 0
+	o.batch, _ = o.j.q.take()
+	o.next = 0
 	o.failPending(err)
 	if o.j.q.length() == 0 && !o.j.q.isClosed() {
 		<-o.j.q.notify
@@ -251,14 +254,14 @@ func (o *owner) drainFailed(err error) {
 func (o *owner) failPending(err error) {
 	j := o.j
 	if g := o.cur; g != nil {
-		g.entries = j.deliver(g.entries, err)
+		g.entries = j.deliver(callbackBatch{entries: g.entries, err: err})
 		g.used = 0
 	}
 	if o.next < len(o.batch) {
 		rest := append(<-j.callbackSlices, o.batch[o.next:]...)
 		clear(o.batch[o.next:])
 		o.next = len(o.batch)
-		j.callbackSlices <- j.deliver(rest, err)
+		j.callbackSlices <- j.deliver(callbackBatch{entries: rest, err: err})
 	}
 }
 
@@ -296,14 +299,19 @@ func (j *Journal) finish(g *group) {
 	} else {
 		err = j.Err()
 	}
+	b := callbackBatch{entries: g.entries, err: err}
 	if err == nil {
 		if g.synced && !g.fileEnd {
 			j.advanceMark(Mark{FileID: g.file.id, Offset: g.end})
-			latency := monotime.Now() - g.submitNs
+			now := monotime.Now()
+			latency := now - g.submitNs
 			j.stats.Syncs.Add(1)
 			j.stats.SyncNanos.Add(uint64(latency))
 			if j.cfg.OnGroup != nil {
-				j.cfg.OnGroup(len(g.entries), int(g.end-g.start), time.Duration(latency))
+				b.report, b.durableNs = true, now
+				b.stats = GroupStats{Records: len(g.entries), Bytes: int(g.end - g.start),
+					QueueWait: time.Duration(g.firstNs - g.queuedNs), GroupWait: time.Duration(g.submitNs - g.firstNs),
+					Sync: time.Duration(latency)}
 			}
 		}
 		j.stats.Groups.Add(1)
@@ -312,23 +320,28 @@ func (j *Journal) finish(g *group) {
 	}
 	// Callbacks are queued before the group is released: the writer fails records only after
 	// every group was released, so its callbacks always come after these.
-	g.entries = j.deliver(g.entries, err)
+	g.entries = j.deliver(b)
 	j.released <- g
 }
 
-// callbackBatch is a group's records, to be called back with err.
+// callbackBatch is a group's records, to be called back with err; with report set, OnGroup
+// gets stats once they have been called back.
 type callbackBatch struct {
-	entries []*Entry
-	err     error
+	entries   []*Entry
+	err       error
+	report    bool
+	durableNs int64
+	stats     GroupStats
 }
 
-// deliver queues entries for the callback goroutine and returns an empty slice to use instead.
-func (j *Journal) deliver(entries []*Entry, err error) []*Entry {
-	if len(entries) == 0 {
-		return entries
+// deliver queues b for the callback goroutine and returns an empty slice to use instead of
+// b.entries.
+func (j *Journal) deliver(b callbackBatch) []*Entry {
+	if len(b.entries) == 0 {
+		return b.entries
 	}
 	spare := <-j.callbackSlices
-	j.callbacks <- callbackBatch{entries: entries, err: err}
+	j.callbacks <- b
 	return spare[:0]
 }
 
@@ -336,11 +349,17 @@ func (j *Journal) deliver(entries []*Entry, err error) []*Entry {
 func (j *Journal) runCallbacks() {
 	defer close(j.completerDone)
 	for b := range j.callbacks {
+		if b.report {
+			b.stats.CallbackDelay = time.Duration(monotime.Now() - b.durableNs)
+		}
 		for i, e := range b.entries {
 			e.Done(e, b.err)
 			b.entries[i] = nil
 		}
 		j.callbackSlices <- b.entries[:0]
+		if b.report {
+			j.cfg.OnGroup(b.stats)
+		}
 	}
 }
 
