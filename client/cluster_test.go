@@ -61,6 +61,8 @@ type faultConn struct {
 	mu             sync.Mutex
 	holdAdds       bool
 	heldAdds       []func()
+	heldAddFails   []func() // answer the held adds with a connection error instead
+	addDelay       time.Duration
 	holdReads      bool
 	heldReads      []func()
 	failFencingLAC bool
@@ -71,10 +73,13 @@ func (f *faultConn) Add(ledgerID, entryID int64, masterKey *[20]byte, flags prot
 	f.mu.Lock()
 	if f.holdAdds {
 		f.heldAdds = append(f.heldAdds, func() { f.inner.Add(ledgerID, entryID, masterKey, flags, entry, cb, ctx) })
+		f.heldAddFails = append(f.heldAddFails, func() { cb(ctx, 0, transport.ErrConnection) })
 		f.mu.Unlock()
 		return
 	}
+	delay := f.addDelay
 	f.mu.Unlock()
+	time.Sleep(delay) // in the caller's send, as a full send queue would
 	f.inner.Add(ledgerID, entryID, masterKey, flags, entry, cb, ctx)
 }
 
@@ -113,10 +118,21 @@ func (f *faultConn) Read(ledgerID, entryID int64, flags protocol.Flags, masterKe
 func (f *faultConn) releaseAdds() {
 	f.mu.Lock()
 	held := f.heldAdds
-	f.heldAdds, f.holdAdds = nil, false
+	f.heldAdds, f.heldAddFails, f.holdAdds = nil, nil, false
 	f.mu.Unlock()
 	for _, send := range held {
 		send()
+	}
+}
+
+// failAdds answers the held adds with a connection error, as if the bookie had gone.
+func (f *faultConn) failAdds() {
+	f.mu.Lock()
+	fails := f.heldAddFails
+	f.heldAdds, f.heldAddFails, f.holdAdds = nil, nil, false
+	f.mu.Unlock()
+	for _, fail := range fails {
+		fail()
 	}
 }
 

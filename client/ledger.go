@@ -7,6 +7,7 @@ import (
 	"hash"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/metadata"
@@ -53,11 +54,10 @@ type Ledger struct {
 	idle *sync.Cond
 
 	// Callbacks run in entry order, one goroutine at a time, without any lock held (so that a
-	// callback may call AppendAsync): toDeliver queues popped adds, toSend the sends that must
-	// go out before their callbacks run, and delivering says that a goroutine is draining both;
-	// others only queue (see deliverLocked). spareOps is toDeliver's other buffer.
+	// callback may call AppendAsync): toDeliver queues popped adds, and delivering says that a
+	// goroutine is draining it; others only queue (see deliverLocked). spareOps is toDeliver's
+	// other buffer.
 	toDeliver  []*addOp
-	toSend     []sendTarget
 	spareOps   []*addOp
 	delivering bool
 
@@ -88,7 +88,18 @@ type addOp struct {
 	outstanding int
 	done        func(entryID int64, err error)
 	err         error
+	// sendState says whether AppendAsync has handed the add to every bookie of its write set
+	// (it sends with no lock held). Its callback must not run before: it releases the caller's
+	// buffer, which the transport copies only while sending. See popLocked.
+	sendState atomic.Int32
 }
+
+// addOp.sendState values.
+const (
+	sendIssuing  = iota // AppendAsync is still sending
+	sendIssued          // every send is out
+	sendDeferred        // the add completed while AppendAsync was sending: AppendAsync delivers
+)
 
 // addReq is one request of an add to one bookie; it tells responses of an old bookie (replaced
 // by an ensemble change) from the current one's.
@@ -142,12 +153,18 @@ func (lh *Ledger) Append(ctx context.Context, data []byte) (int64, error) {
 		err error
 	}
 	ch := make(chan result, 1)
+	if ctx.Done() != nil {
+		// Append may return before the add completes, and an ensemble change can resend it
+		// later: it must not refer to the caller's buffer then.
+		data = slices.Clone(data)
+	}
 	lh.AppendAsync(data, func(id int64, err error) { ch <- result{id, err} })
 	select {
 	case r := <-ch:
 		return r.id, r.err
 	case <-ctx.Done():
-		// The add goes on; its outcome is not known to the caller.
+		// The add goes on (with a copy of data, so the caller may reuse it); its outcome is not
+		// known to the caller.
 		return -1, ctx.Err()
 	}
 }
@@ -180,6 +197,7 @@ func (lh *Ledger) AppendAsync(data []byte, done func(entryID int64, err error)) 
 	op.length = lh.length
 	op.acked, op.ackCount, op.completed, op.popped, op.delivered, op.outstanding, op.err = 0, 0, false, false, false, 0, nil
 	op.done = done
+	op.sendState.Store(sendIssuing)
 	lac := lh.lac
 	lh.pending = append(lh.pending, op)
 	// The digest is computed under the lock: the entry carries the LAC as of now.
@@ -193,6 +211,7 @@ func (lh *Ledger) AppendAsync(data []byte, done func(entryID int64, err error)) 
 	}
 	op.parts = [2][]byte{op.hdr[:lh.dg.headerSize()], data}
 	if lh.changing {
+		op.sendState.Store(sendIssued) // the ensemble change sends it, before any callback
 		lh.unsent = append(lh.unsent, op)
 		lh.mu.Unlock()
 		return
@@ -207,6 +226,13 @@ func (lh *Ledger) AppendAsync(data []byte, done func(entryID int64, err error)) 
 	n := lh.prepareSendLocked(op, allPositions(lh.md.WriteQuorumSize), sends)
 	lh.mu.Unlock()
 	lh.send(sends[:n])
+	if !op.sendState.CompareAndSwap(sendIssuing, sendIssued) {
+		// Qa bookies answered before the last send went out: popLocked left the add (and those
+		// after it) for this goroutine to deliver.
+		lh.mu.Lock()
+		op.sendState.Store(sendIssued)
+		lh.deliverLocked(lh.popLocked(nil))
+	}
 }
 
 // commonWriteQuorum is the largest write quorum whose adds keep their send list on the stack.
@@ -314,7 +340,7 @@ func addResponse(ctx any, rc protocol.ReturnCode, err error) {
 	var buf [16]*addOp
 	popped := lh.popLocked(buf[:0])
 	lh.recycleLocked(op)
-	lh.deliverLocked(popped, nil)
+	lh.deliverLocked(popped)
 	if startChange {
 		go lh.changeEnsemble()
 	}
@@ -334,6 +360,10 @@ func (lh *Ledger) popLocked(dst []*addOp) []*addOp {
 	n := 0
 	for n < len(lh.pending) && lh.pending[n].completed {
 		op := lh.pending[n]
+		if op.sendState.Load() != sendIssued &&
+			(op.sendState.CompareAndSwap(sendIssuing, sendDeferred) || op.sendState.Load() == sendDeferred) {
+			break // AppendAsync is still sending it, and delivers once it is done
+		}
 		op.popped = true
 		if op.err == nil {
 			lh.lac = op.entryID
@@ -350,23 +380,20 @@ func (lh *Ledger) popLocked(dst []*addOp) []*addOp {
 	return dst
 }
 
-// deliverLocked queues popped adds (in entry order, after those already queued) and the sends
-// that must go out before their callbacks run, then, unless another goroutine is delivering,
-// delivers until nothing is queued: sends first, then callbacks, with no lock held. The caller
-// holds mu; deliverLocked releases it.
-func (lh *Ledger) deliverLocked(ops []*addOp, sends []sendTarget) {
+// deliverLocked queues popped adds (in entry order, after those already queued), then, unless
+// another goroutine is delivering, runs their callbacks with no lock held until nothing is
+// queued. The caller holds mu; deliverLocked releases it.
+func (lh *Ledger) deliverLocked(ops []*addOp) {
 	lh.toDeliver = append(lh.toDeliver, ops...)
-	lh.toSend = append(lh.toSend, sends...)
 	if lh.delivering {
 		lh.mu.Unlock()
 		return
 	}
 	lh.delivering = true
-	for len(lh.toDeliver) > 0 || len(lh.toSend) > 0 {
-		ops, sends := lh.toDeliver, lh.toSend
-		lh.toDeliver, lh.spareOps, lh.toSend = lh.spareOps, nil, nil
+	for len(lh.toDeliver) > 0 {
+		ops := lh.toDeliver
+		lh.toDeliver, lh.spareOps = lh.spareOps, nil
 		lh.mu.Unlock()
-		lh.send(sends)
 		for _, op := range ops {
 			id := op.entryID
 			if op.err != nil {
@@ -401,6 +428,7 @@ func (lh *Ledger) failLocked(err error) {
 		return
 	}
 	lh.err = err
+	lh.idle.Broadcast() // Close waits for pending adds only while there is no error
 	for _, op := range lh.pending {
 		op.completed, op.err = true, err
 	}
@@ -415,7 +443,7 @@ func (lh *Ledger) failLocked(err error) {
 	if len(popped) > 0 && !lh.delivering {
 		go func() {
 			lh.mu.Lock()
-			lh.deliverLocked(nil, nil)
+			lh.deliverLocked(nil)
 		}()
 	}
 }
@@ -428,8 +456,7 @@ func (lh *Ledger) changeEnsemble() {
 	for {
 		lh.mu.Lock()
 		if lh.err != nil || len(lh.toReplace) == 0 {
-			lh.changing = false
-			lh.finishChangeLocked(nil)
+			lh.endChangeLocked()
 			return
 		}
 		failed := lh.toReplace
@@ -437,8 +464,7 @@ func (lh *Ledger) changeEnsemble() {
 		lh.changes++
 		if lh.changes > lh.c.cfg.MaxEnsembleChanges {
 			lh.failLocked(ErrTooManyEnsembleChanges)
-			lh.changing = false
-			lh.mu.Unlock()
+			lh.endChangeLocked()
 			return
 		}
 		md, version, lac := lh.md, lh.version, lh.lac
@@ -452,12 +478,16 @@ func (lh *Ledger) changeEnsemble() {
 		if err != nil {
 			lh.c.log.Error("ensemble change failed", "ledger", lh.id, "err", err)
 			lh.failLocked(err)
-			lh.changing = false
-			lh.mu.Unlock()
+			lh.endChangeLocked()
 			return
 		}
 		lh.md, lh.version = newMd, newVersion
 		newEns := lh.currentBookiesLocked()
+		for b := range lh.toReplace { // failures, during the change, of bookies it replaced
+			if !slices.Contains(newEns, b) {
+				delete(lh.toReplace, b)
+			}
+		}
 		lh.c.log.Info("ensemble changed", "ledger", lh.id, "from_entry", lac+1, "ensemble", newEns)
 		var sends []sendTarget
 		e := int64(lh.md.EnsembleSize)
@@ -484,30 +514,38 @@ func (lh *Ledger) changeEnsemble() {
 			n := lh.prepareSendLocked(op, mask, buf[:0])
 			sends = append(sends, buf[:n]...)
 		}
-		if len(lh.toReplace) > 0 {
-			// More bookies failed meanwhile: change again before releasing anything.
+		// The sends go out from here, with changing still set so that no add is acknowledged
+		// before they are out: an add with Qa acknowledgements already is also sent to the
+		// replacement bookie, and its callback releases the caller's buffer (the transport
+		// copies the data while sending). Adds appended meanwhile wait in unsent.
+		for len(lh.toReplace) == 0 {
+			for _, op := range lh.unsent {
+				var buf [maxWriteQuorum]sendTarget
+				n := lh.prepareSendLocked(op, allPositions(lh.md.WriteQuorumSize), buf[:0])
+				sends = append(sends, buf[:n]...)
+			}
+			lh.unsent = nil
+			if len(sends) == 0 {
+				lh.endChangeLocked()
+				return
+			}
 			lh.mu.Unlock()
 			lh.send(sends)
-			continue
+			sends = sends[:0]
+			lh.mu.Lock()
 		}
-		lh.changing = false
-		for _, op := range lh.unsent {
-			var buf [maxWriteQuorum]sendTarget
-			n := lh.prepareSendLocked(op, allPositions(lh.md.WriteQuorumSize), buf[:0])
-			sends = append(sends, buf[:n]...)
-		}
-		lh.unsent = nil
-		lh.finishChangeLocked(sends)
-		return
+		// More bookies failed meanwhile: change again before releasing anything.
+		lh.mu.Unlock()
+		lh.send(sends)
 	}
 }
 
-// finishChangeLocked sends, pops and delivers after an ensemble change; it unlocks mu. The
-// sends go out before the callbacks of the adds popped now run: an add that already has Qa
-// acknowledgements is also sent to the replacement bookie, and its callback releases the
-// caller's buffer (the transport copies the data while sending).
-func (lh *Ledger) finishChangeLocked(sends []sendTarget) {
-	lh.deliverLocked(lh.popLocked(nil), sends)
+// endChangeLocked ends an ensemble change: it wakes Close, pops and delivers what completed
+// meanwhile, and unlocks mu.
+func (lh *Ledger) endChangeLocked() {
+	lh.changing = false
+	lh.idle.Broadcast()
+	lh.deliverLocked(lh.popLocked(nil))
 }
 
 // updateEnsemble writes the new ensemble into the metadata with compare-and-set, retrying on
@@ -559,7 +597,9 @@ func (lh *Ledger) updateEnsemble(ctx context.Context, md *metadata.LedgerMetadat
 }
 
 // Close waits for pending adds, then closes the ledger in the metadata at the last entry it
-// acknowledged. Closing a read handle does nothing. Later appends fail with ErrLedgerClosed.
+// acknowledged, also after adds failed (BookKeeper's close of a failed handle), unless the
+// ledger was fenced or the bookies refused this client. Closing a read handle does nothing.
+// Later appends fail with ErrLedgerClosed.
 func (lh *Ledger) Close(ctx context.Context) error {
 	if lh.readOnly {
 		return nil
@@ -581,16 +621,17 @@ func (lh *Ledger) Close(ctx context.Context) error {
 	}
 	lac, length, ferr := lh.lac, lh.confirmedLength, lh.err
 	lh.mu.Unlock()
-	if ferr != nil && !errors.Is(ferr, ErrLedgerClosed) {
+	if errors.Is(ferr, ErrLedgerFenced) || errors.Is(ferr, ErrUnauthorized) {
 		return ferr
 	}
 	md, v, err := metadata.UpdateLedger(ctx, lh.c.md.Ledgers(), lh.id, func(m *metadata.LedgerMetadata) error {
 		switch m.State {
 		case metadata.StateClosed:
-			if m.LastEntryID == lac {
+			if m.LastEntryID == lac && m.Length == length {
 				return metadata.ErrUnchanged
 			}
-			return fmt.Errorf("%w: closed by another client at entry %d (this handle acknowledged up to %d)", ErrLedgerFenced, m.LastEntryID, lac)
+			return fmt.Errorf("%w: closed by another client at entry %d, length %d (this handle acknowledged up to %d, length %d)",
+				ErrLedgerFenced, m.LastEntryID, m.Length, lac, length)
 		case metadata.StateInRecovery:
 			return ErrLedgerFenced
 		}
