@@ -245,7 +245,7 @@ func (lh *Ledger) readLAC(ctx context.Context, md *metadata.LedgerMetadata, fenc
 	flags := protocol.Flags(0)
 	var key *[20]byte
 	if fence {
-		flags, key = protocol.FlagDoFencing, &lh.key
+		flags, key = protocol.FlagDoFencing|protocol.FlagHighPriority, &lh.key
 	}
 	for i, b := range last.Bookies {
 		lh.c.cfg.dial(b).Read(lh.id, -1, flags, key, readResponse, &readCtx{ch: ch, replica: i})

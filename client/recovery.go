@@ -50,8 +50,12 @@ func (lh *Ledger) recover(ctx context.Context) error {
 	lastEntry, length := lac, int64(0)
 	if lac >= 0 {
 		e, err := lh.recoveryRead(ctx, md, lac)
-		if err != nil || e == nil {
-			return fmt.Errorf("%w: ledger %d: read entry %d (the last add confirmed): %v", ErrRecovery, lh.id, lac, err)
+		if err != nil {
+			return fmt.Errorf("%w: ledger %d: read entry %d (the last add confirmed): %w", ErrRecovery, lh.id, lac, err)
+		}
+		if e == nil { // confirmed, yet missing on enough bookies: data was lost, never truncate it
+			return fmt.Errorf("%w: ledger %d: entry %d, the last add confirmed, is missing on %d or more bookies of its write quorum",
+				ErrRecovery, lh.id, lac, md.WriteQuorumSize-md.AckQuorumSize+1)
 		}
 		length = e.Length
 	}
@@ -78,8 +82,11 @@ func (lh *Ledger) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: ledger %d: close: %w", ErrRecovery, lh.id, err)
 	}
-	if md.LastEntryID != lastEntry {
-		lh.c.log.Info("ledger closed by another recoverer", "ledger", lh.id, "their_last", md.LastEntryID, "ours", lastEntry)
+	if md.LastEntryID != lastEntry || md.Length != length {
+		// Both ends hold every acknowledged entry; they differ only in entries never
+		// acknowledged that one recoverer found on fewer bookies than the other.
+		lh.c.log.Warn("ledger closed by another recoverer at another end; adopting it", "ledger", lh.id,
+			"their_last", md.LastEntryID, "their_length", md.Length, "our_last", lastEntry, "our_length", length)
 	}
 	lh.setMetadata(md, version)
 	return nil
@@ -104,7 +111,7 @@ func (lh *Ledger) recoveryRead(ctx context.Context, md *metadata.LedgerMetadata,
 	}
 	ch := make(chan readResult, len(replicas))
 	for i, b := range replicas {
-		lh.c.cfg.dial(b).Read(lh.id, id, protocol.FlagDoFencing, &lh.key, readResponse, &readCtx{ch: ch, replica: i})
+		lh.c.cfg.dial(b).Read(lh.id, id, protocol.FlagDoFencing|protocol.FlagHighPriority, &lh.key, readResponse, &readCtx{ch: ch, replica: i})
 	}
 	missingNeeded := md.WriteQuorumSize - md.AckQuorumSize + 1
 	missing := 0
@@ -161,7 +168,7 @@ func (lh *Ledger) recoveryAdd(ctx context.Context, md *metadata.LedgerMetadata, 
 	}
 	ch := make(chan ack, len(replicas))
 	for _, b := range replicas {
-		lh.c.cfg.dial(b).Add(lh.id, e.EntryID, &lh.key, protocol.FlagRecoveryAdd, parts, func(_ any, rc protocol.ReturnCode, err error) {
+		lh.c.cfg.dial(b).Add(lh.id, e.EntryID, &lh.key, protocol.FlagRecoveryAdd|protocol.FlagHighPriority, parts, func(_ any, rc protocol.ReturnCode, err error) {
 			ch <- ack{b, rc, err}
 		}, nil)
 	}
