@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"maps"
+	"slices"
 
 	"github.com/ringkeeper/ringkeeper/metadata"
 	"github.com/ringkeeper/ringkeeper/net/protocol"
@@ -23,6 +25,12 @@ import (
 //     write quorum with RECOVERY_ADD, carrying the LAC frozen at the start of recovery;
 //  5. stop at the first entry that at least Qw−Qa+1 bookies report missing (an I/O error or a
 //     digest mismatch never counts as missing), and CAS CLOSED at the last recovered entry.
+//
+// A bookie that fails a recovery add is replaced, as the writer's ensemble change would, but
+// in recovery's own copy of the metadata: the new ensembles are written only with the close, in
+// the same compare-and-set (BookKeeper's "recovery uses immutable metadata", #1621). Written
+// earlier, they would name a replacement bookie for entries recovery has not re-added yet; a
+// later recoverer would read those entries from it and count its NoSuchEntry as missing.
 //
 // Concurrent recoverers converge: the one whose close lands first wins and the others adopt
 // its metadata.
@@ -47,6 +55,9 @@ func (lh *Ledger) recover(ctx context.Context) error {
 	}
 	last, _ := md.LastEnsemble()
 	lac := max(res.lac, last.FirstEntryID-1)
+	// Entries are read where the writer put them (md); recovery adds go to the ensembles of
+	// written, recovery's own copy, which its ensemble changes update.
+	written := md.Clone()
 	lastEntry, length := lac, int64(0)
 	if lac >= 0 {
 		e, err := lh.recoveryRead(ctx, md, lac)
@@ -67,15 +78,20 @@ func (lh *Ledger) recover(ctx context.Context) error {
 		if e == nil {
 			break // missing on enough bookies: nothing at or after it was ever acknowledged
 		}
-		if err := lh.recoveryAdd(ctx, md, e, lac); err != nil {
+		if err := lh.recoveryAdd(ctx, written, e, lac); err != nil {
 			return fmt.Errorf("%w: ledger %d: re-add entry %d: %w", ErrRecovery, lh.id, id, err)
 		}
 		lastEntry, length = id, e.Length
 	}
+	read := md
 	md, version, err = metadata.UpdateLedger(ctx, lh.c.md.Ledgers(), lh.id, func(m *metadata.LedgerMetadata) error {
 		if m.State == metadata.StateClosed {
 			return metadata.ErrUnchanged // another recoverer closed it first
 		}
+		if !slices.EqualFunc(m.Ensembles, read.Ensembles, sameEnsemble) {
+			return fmt.Errorf("%w: the ensembles changed while the ledger was in recovery", ErrRecovery)
+		}
+		m.Ensembles = written.Clone().Ensembles
 		m.State, m.LastEntryID, m.Length = metadata.StateClosed, lastEntry, length
 		return nil
 	})
@@ -146,14 +162,16 @@ func (lh *Ledger) recoveryRead(ctx context.Context, md *metadata.LedgerMetadata,
 		errors.Join(firstErr))
 }
 
-// recoveryAdd writes e again, with RECOVERY_ADD, to its whole write quorum and waits for Qa
-// acknowledgements. The entry is re-sealed with lac, the LAC frozen at the start of recovery,
-// so that no reader learns of dirty entries from a recovery write.
-func (lh *Ledger) recoveryAdd(ctx context.Context, md *metadata.LedgerMetadata, e *Entry, lac int64) error {
-	replicas, err := writeSet(md, e.EntryID)
-	if err != nil {
-		return err
-	}
+func sameEnsemble(a, b metadata.Ensemble) bool {
+	return a.FirstEntryID == b.FirstEntryID && slices.Equal(a.Bookies, b.Bookies)
+}
+
+// recoveryAdd writes e again, with RECOVERY_ADD, to its whole write set in written until every
+// bookie of it has the entry. A bookie that fails is replaced in written (a new ensemble from
+// e on) and the entry sent to its replacement; if no bookie can replace it, Qa copies do. The
+// entry is re-sealed with lac, the LAC frozen at the start of recovery, so that no reader
+// learns of dirty entries from a recovery write.
+func (lh *Ledger) recoveryAdd(ctx context.Context, written *metadata.LedgerMetadata, e *Entry, lac int64) error {
 	hdr := make([]byte, lh.dg.headerSize())
 	var mac hash.Hash
 	if lh.dg.typ == DigestHMAC {
@@ -161,36 +179,106 @@ func (lh *Ledger) recoveryAdd(ctx context.Context, md *metadata.LedgerMetadata, 
 	}
 	lh.dg.seal(hdr, mac, lh.id, e.EntryID, lac, e.Length, e.Payload)
 	parts := [][]byte{hdr, e.Payload}
+	have := map[string]bool{}      // bookies that took the entry
+	failedAny := map[string]bool{} // bookies that failed it: never picked as replacements
+	for changes := 0; ; changes++ {
+		replicas, err := writeSet(written, e.EntryID)
+		if err != nil {
+			return err
+		}
+		failed, firstErr, err := lh.sendRecoveryAdd(ctx, replicas, have, e.EntryID, parts)
+		if err != nil {
+			return err
+		}
+		if len(failed) == 0 {
+			return nil
+		}
+		maps.Copy(failedAny, failed)
+		copies := 0
+		for _, b := range replicas {
+			if have[b] {
+				copies++
+			}
+		}
+		err = ErrTooManyEnsembleChanges
+		if changes < lh.c.cfg.MaxEnsembleChanges {
+			err = lh.replaceForRecovery(written, e.EntryID, failed, failedAny)
+		}
+		if err != nil {
+			if copies >= written.AckQuorumSize {
+				lh.c.log.Warn("recovery add on an ack quorum only; no bookie replaces the failed ones", "ledger", lh.id,
+					"entry", e.EntryID, "copies", copies, "err", firstErr)
+				return nil
+			}
+			return fmt.Errorf("%w: %d of %d bookies took the recovery add (%d needed; %v), and none replaces the others: %w",
+				ErrNotEnoughBookies, copies, len(replicas), written.AckQuorumSize, firstErr, err)
+		}
+		lh.c.log.Info("recovery replaced bookies", "ledger", lh.id, "from_entry", e.EntryID, "failed", failed)
+	}
+}
+
+// sendRecoveryAdd sends a recovery add to the replicas not in have, adds those that take it to
+// have, and returns those that failed with the first failure. It fails only when the bookies
+// refuse this client or ctx ends.
+func (lh *Ledger) sendRecoveryAdd(ctx context.Context, replicas []string, have map[string]bool, entryID int64, parts [][]byte) (
+	failed map[string]bool, firstErr, err error) {
 	type ack struct {
 		bookie string
 		rc     protocol.ReturnCode
 		err    error
 	}
 	ch := make(chan ack, len(replicas))
+	sent := 0
 	for _, b := range replicas {
-		lh.c.cfg.dial(b).Add(lh.id, e.EntryID, &lh.key, protocol.FlagRecoveryAdd|protocol.FlagHighPriority, parts, func(_ any, rc protocol.ReturnCode, err error) {
+		if have[b] {
+			continue
+		}
+		sent++
+		lh.c.cfg.dial(b).Add(lh.id, entryID, &lh.key, protocol.FlagRecoveryAdd|protocol.FlagHighPriority, parts, func(_ any, rc protocol.ReturnCode, err error) {
 			ch <- ack{b, rc, err}
 		}, nil)
 	}
-	acks := 0
-	var firstErr error
-	for range replicas {
+	for range sent {
 		select {
 		case a := <-ch:
-			if a.err == nil && a.rc == protocol.EOK {
-				acks++
-				if acks >= md.AckQuorumSize {
-					return nil
+			switch {
+			case a.err == nil && a.rc == protocol.EOK:
+				have[a.bookie] = true
+			case a.err == nil && a.rc == protocol.EUA:
+				return nil, nil, ErrUnauthorized
+			default:
+				if failed == nil {
+					failed = map[string]bool{}
 				}
-				continue
+				failed[a.bookie] = true
+				firstErr = cmpErr(firstErr, fmt.Errorf("%s: rc %v: %v", a.bookie, a.rc, a.err))
 			}
-			if a.err == nil && a.rc == protocol.EUA {
-				return ErrUnauthorized
-			}
-			firstErr = cmpErr(firstErr, fmt.Errorf("%s: rc %v: %v", a.bookie, a.rc, a.err))
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 	}
-	return fmt.Errorf("%w: only %d of %d bookies took the recovery add (%d needed): %v", ErrNotEnoughBookies, acks, len(replicas), md.AckQuorumSize, firstErr)
+	return failed, firstErr, nil
+}
+
+// replaceForRecovery replaces the failed bookies of written's last ensemble from entry first
+// on, in written only (see recover), with bookies not in excluded.
+func (lh *Ledger) replaceForRecovery(written *metadata.LedgerMetadata, first int64, failed, excluded map[string]bool) error {
+	last, _ := written.LastEnsemble()
+	ens := slices.Clone(last.Bookies)
+	for i, b := range ens {
+		if !failed[b] {
+			continue
+		}
+		repl, err := lh.c.cfg.Placement.Replace(ens, i, written.WriteQuorumSize, lh.c.writableBookies(), excluded)
+		if err != nil {
+			return err
+		}
+		ens[i] = repl
+	}
+	if last.FirstEntryID == first {
+		written.Ensembles[len(written.Ensembles)-1].Bookies = ens
+	} else {
+		written.Ensembles = append(written.Ensembles, metadata.Ensemble{FirstEntryID: first, Bookies: ens})
+	}
+	return nil
 }

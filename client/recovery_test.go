@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -214,4 +215,39 @@ func TestCorruptReplica(t *testing.T) {
 		t.Fatalf("recovery with a corrupt replica closed at %d, want 29", last)
 	}
 	checkEntries(t, rh, 29)
+}
+
+// TestRecoveryReplacesADownBookie: with (3,2,2) and a bookie of the write set of the entries
+// after the LAC down, a recovery add reaches only one bookie. Recovery replaces the down bookie
+// (a new ensemble from that entry, written only with the close), closes the ledger at the last
+// entry and every entry stays readable.
+func TestRecoveryReplacesADownBookie(t *testing.T) {
+	c := clustertest.Start(t, 4)
+	ctx := context.Background()
+	w := newClient(t, c, nil)
+	lh, err := w.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 2, AckQuorum: 2, Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, lh, 100)
+	ens := lh.Metadata().Ensembles[0].Bookies
+	// Entry 99 carries LAC 98, so recovery re-adds entry 99, whose write set is ens[0], ens[1].
+	down := ens[0]
+	idx := slices.Index(c.BookieAddrs(), down)
+	if err := c.StopBookie(ctx, idx); err != nil {
+		t.Fatal(err)
+	}
+	rh, err := newClient(t, c, nil).OpenLedger(ctx, lh.ID(), password, true)
+	if err != nil {
+		t.Fatalf("recovery with a bookie of the write set down: %v", err)
+	}
+	md := rh.Metadata()
+	if md.State != metadata.StateClosed || md.LastEntryID != 99 {
+		t.Fatalf("closed at %d (%v), want 99", md.LastEntryID, md.State)
+	}
+	if err := md.Validate(); err != nil || len(md.Ensembles) != 2 || md.Ensembles[1].FirstEntryID != 99 ||
+		slices.Contains(md.Ensembles[1].Bookies, down) {
+		t.Fatalf("ensembles after recovery: %+v (%v), want a new one from entry 99 without %s", md.Ensembles, err, down)
+	}
+	checkEntries(t, rh, 99)
 }
