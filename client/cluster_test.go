@@ -61,7 +61,7 @@ type faultConn struct {
 	mu             sync.Mutex
 	holdAdds       bool
 	heldAdds       []func()
-	heldAddFails   []func() // answer the held adds with a connection error instead
+	heldAddFails   []func(error) // answer the held adds with an error instead
 	addDelay       time.Duration
 	holdReads      bool
 	heldReads      []func()
@@ -73,7 +73,7 @@ func (f *faultConn) Add(ledgerID, entryID int64, masterKey *[20]byte, flags prot
 	f.mu.Lock()
 	if f.holdAdds {
 		f.heldAdds = append(f.heldAdds, func() { f.inner.Add(ledgerID, entryID, masterKey, flags, entry, cb, ctx) })
-		f.heldAddFails = append(f.heldAddFails, func() { cb(ctx, 0, transport.ErrConnection) })
+		f.heldAddFails = append(f.heldAddFails, func(err error) { cb(ctx, 0, err) })
 		f.mu.Unlock()
 		return
 	}
@@ -126,13 +126,16 @@ func (f *faultConn) releaseAdds() {
 }
 
 // failAdds answers the held adds with a connection error, as if the bookie had gone.
-func (f *faultConn) failAdds() {
+func (f *faultConn) failAdds() { f.failAddsWith(transport.ErrConnection) }
+
+// failAddsWith answers the held adds with err.
+func (f *faultConn) failAddsWith(err error) {
 	f.mu.Lock()
 	fails := f.heldAddFails
 	f.heldAdds, f.heldAddFails, f.holdAdds = nil, nil, false
 	f.mu.Unlock()
 	for _, fail := range fails {
-		fail()
+		fail(err)
 	}
 }
 

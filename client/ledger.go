@@ -146,7 +146,8 @@ func (lh *Ledger) LastAddConfirmed() int64 {
 	return lh.lac
 }
 
-// Append adds data as the next entry and returns its id once Qa bookies have it durably.
+// Append adds data as the next entry and returns its id once Qa bookies have it durably. It
+// must not be called from an AppendAsync callback: that goroutine runs the callbacks after it.
 func (lh *Ledger) Append(ctx context.Context, data []byte) (int64, error) {
 	type result struct {
 		id  int64
@@ -170,27 +171,34 @@ func (lh *Ledger) Append(ctx context.Context, data []byte) (int64, error) {
 }
 
 // AppendAsync adds data as the next entry; done is called once with its id when Qa bookies
-// have it, or with an error. Calls come strictly in entry order. done must not block: it runs
-// on a connection's goroutine. data must not change until done is called. done may call
+// have it, or with an error (id -1; an append refused at once is called back after the adds
+// before it). Calls come strictly in entry order. done must not block: it runs on a
+// connection's goroutine, or on this one. data must not change until done is called. done may call
 // AppendAsync to keep a pipeline full; AppendAsync waits only when a bookie's send queue is
 // full (transport's MaxQueuedBytesPerConn, 16 MiB by default), which would stall that
 // connection's responses meanwhile.
 func (lh *Ledger) AppendAsync(data []byte, done func(entryID int64, err error)) {
-	if lh.readOnly {
-		done(-1, ErrReadOnly)
-		return
-	}
-	if limit := lh.c.maxPayload(lh.dg); len(data) > limit {
-		done(-1, fmt.Errorf("%w: %d bytes, limit %d", ErrEntryTooLarge, len(data), limit))
-		return
+	var refused error
+	switch limit := lh.c.maxPayload(lh.dg); {
+	case lh.readOnly:
+		refused = ErrReadOnly
+	case len(data) > limit:
+		refused = fmt.Errorf("%w: %d bytes, limit %d", ErrEntryTooLarge, len(data), limit)
 	}
 	lh.mu.Lock()
-	if err := lh.writableErrLocked(); err != nil {
-		lh.mu.Unlock()
-		done(-1, err)
-		return
+	if refused == nil {
+		refused = lh.writableErrLocked()
 	}
 	op := lh.ops.Get().(*addOp)
+	if refused != nil {
+		// Called back in order, after the callbacks already queued (a failed handle's earlier
+		// adds may still be waiting for theirs).
+		op.entryID, op.done, op.err = -1, done, refused
+		op.completed, op.popped = true, true
+		op.sendState.Store(sendIssued)
+		lh.deliverLocked([]*addOp{op})
+		return
+	}
 	op.entryID = lh.nextEntry
 	lh.nextEntry++
 	lh.length += int64(len(data))
@@ -323,6 +331,8 @@ func addResponse(ctx any, rc protocol.ReturnCode, err error) {
 		lh.failLocked(ErrUnauthorized)
 	case errors.Is(err, transport.ErrEntryTooLarge):
 		lh.failLocked(fmt.Errorf("%w: %w", ErrEntryTooLarge, err))
+	case errors.Is(err, transport.ErrClosed):
+		lh.failLocked(fmt.Errorf("%w: %w", ErrClosed, err)) // this client was closed: no bookie failed
 	default:
 		// The bookie failed, timed out or refused (read-only, overloaded): replace it, if it is
 		// still in the ensemble.
@@ -586,6 +596,13 @@ func (lh *Ledger) updateEnsemble(ctx context.Context, md *metadata.LedgerMetadat
 		case errors.As(err, &bve) && bve.Metadata != nil:
 			md, version = bve.Metadata, bve.Current
 			continue
+		case errors.As(err, &bve):
+			// The conflict came without the current metadata: read it (retrying below if
+			// that fails too).
+			if cur, v, rerr := lh.c.md.Ledgers().Read(ctx, lh.id); rerr == nil {
+				md, version = cur, v
+				continue
+			}
 		case errors.Is(err, metadata.ErrNoSuchLedger):
 			return nil, 0, fmt.Errorf("%w: %d was deleted", ErrNoSuchLedger, lh.id)
 		case ctx.Err() != nil:

@@ -11,6 +11,7 @@ import (
 	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
 	"github.com/ringkeeper/ringkeeper/metadata"
 	"github.com/ringkeeper/ringkeeper/net/protocol"
+	"github.com/ringkeeper/ringkeeper/net/transport"
 )
 
 // gatedPlacement holds Replace (an ensemble change) until released.
@@ -177,5 +178,50 @@ func TestCloseAfterAFailedAdd(t *testing.T) {
 	}
 	if md.State != metadata.StateClosed || md.LastEntryID != lac {
 		t.Fatalf("after close: state %v, last entry %d, want closed at %d", md.State, md.LastEntryID, lac)
+	}
+}
+
+// TestClientCloseFailsPendingAdds: adds in flight when the client closes fail with ErrClosed,
+// each callback runs once, and no ensemble change is attempted (no bookie failed).
+func TestClientCloseFailsPendingAdds(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	ctx := context.Background()
+	var conns sync.Map
+	cl := newClient(t, c, wrapConns(&conns))
+	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range lh.Metadata().Ensembles[0].Bookies {
+		f := faultConnOf(t, cl, &conns, b)
+		f.mu.Lock()
+		f.holdAdds = true // nothing is acknowledged
+		f.mu.Unlock()
+	}
+	const n = 10
+	results := make(chan error, 2*n)
+	for i := range n {
+		lh.AppendAsync(payload(lh.ID(), int64(i)), func(_ int64, err error) { results <- err })
+	}
+	for _, b := range lh.Metadata().Ensembles[0].Bookies {
+		faultConnOf(t, cl, &conns, b).failAddsWith(transport.ErrClosed)
+	}
+	for range n {
+		select {
+		case err := <-results:
+			if !errors.Is(err, ErrClosed) {
+				t.Fatalf("pending add after close: %v, want ErrClosed", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a pending add was never called back")
+		}
+	}
+	select {
+	case err := <-results:
+		t.Fatalf("a callback ran twice: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if md := lh.Metadata(); len(md.Ensembles) != 1 {
+		t.Fatalf("ensembles after the client closed: %+v", md.Ensembles)
 	}
 }
