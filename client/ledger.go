@@ -191,12 +191,12 @@ func (lh *Ledger) AppendAsync(data []byte, done func(entryID int64, err error)) 
 	}
 	op := lh.ops.Get().(*addOp)
 	if refused != nil {
-		// Called back in order, after the callbacks already queued (a failed handle's earlier
-		// adds may still be waiting for theirs).
-		op.entryID, op.done, op.err = -1, done, refused
-		op.completed, op.popped = true, true
+		// Called back in order: queued behind the adds still pending (popLocked delivers it
+		// after them; it has no entry and no send).
+		op.entryID, op.done, op.err, op.completed = -1, done, refused, true
 		op.sendState.Store(sendIssued)
-		lh.deliverLocked([]*addOp{op})
+		lh.pending = append(lh.pending, op)
+		lh.deliverLocked(lh.popLocked(nil))
 		return
 	}
 	op.entryID = lh.nextEntry
@@ -440,13 +440,16 @@ func (lh *Ledger) failLocked(err error) {
 	lh.err = err
 	lh.idle.Broadcast() // Close waits for pending adds only while there is no error
 	for _, op := range lh.pending {
-		op.completed, op.err = true, err
+		op.completed = true
+		if op.err == nil { // a refused append keeps its own error
+			op.err = err
+		}
 	}
 	lh.unsent = nil
-	wasChanging := lh.changing
-	lh.changing = false
+	if lh.changing {
+		return // the change may be sending them: it pops them once its sends are out
+	}
 	popped := lh.popLocked(nil)
-	lh.changing = wasChanging
 	// The caller holds mu and goes on with it: the failed adds are queued after any delivery
 	// in progress, and delivered by that goroutine or by a new one.
 	lh.toDeliver = append(lh.toDeliver, popped...)
@@ -491,6 +494,10 @@ func (lh *Ledger) changeEnsemble() {
 			lh.endChangeLocked()
 			return
 		}
+		if lh.err != nil { // failed meanwhile: nothing to resend
+			lh.endChangeLocked()
+			return
+		}
 		lh.md, lh.version = newMd, newVersion
 		newEns := lh.currentBookiesLocked()
 		for b := range lh.toReplace { // failures, during the change, of bookies it replaced
@@ -528,7 +535,7 @@ func (lh *Ledger) changeEnsemble() {
 		// before they are out: an add with Qa acknowledgements already is also sent to the
 		// replacement bookie, and its callback releases the caller's buffer (the transport
 		// copies the data while sending). Adds appended meanwhile wait in unsent.
-		for len(lh.toReplace) == 0 {
+		for lh.err == nil && len(lh.toReplace) == 0 {
 			for _, op := range lh.unsent {
 				var buf [maxWriteQuorum]sendTarget
 				n := lh.prepareSendLocked(op, allPositions(lh.md.WriteQuorumSize), buf[:0])
@@ -536,13 +543,16 @@ func (lh *Ledger) changeEnsemble() {
 			}
 			lh.unsent = nil
 			if len(sends) == 0 {
-				lh.endChangeLocked()
-				return
+				break
 			}
 			lh.mu.Unlock()
 			lh.send(sends)
 			sends = sends[:0]
 			lh.mu.Lock()
+		}
+		if lh.err != nil || len(lh.toReplace) == 0 {
+			lh.endChangeLocked()
+			return
 		}
 		// More bookies failed meanwhile: change again before releasing anything.
 		lh.mu.Unlock()

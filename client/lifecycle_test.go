@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -223,5 +226,188 @@ func TestClientCloseFailsPendingAdds(t *testing.T) {
 	}
 	if md := lh.Metadata(); len(md.Ensembles) != 1 {
 		t.Fatalf("ensembles after the client closed: %+v", md.Ensembles)
+	}
+}
+
+func holdAdds(f *faultConn) {
+	f.mu.Lock()
+	f.holdAdds = true
+	f.mu.Unlock()
+}
+
+// takeHeldAdds stops holding f's adds and returns, for each held one, a function that answers
+// it with an error.
+func takeHeldAdds(f *faultConn) []func(error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fails := f.heldAddFails
+	f.heldAdds, f.heldAddFails, f.holdAdds = nil, nil, false
+	return fails
+}
+
+// spareOf returns a bookie of c outside ensemble.
+func spareOf(t *testing.T, c interface{ BookieAddrs() []string }, ensemble []string) string {
+	t.Helper()
+	for _, b := range c.BookieAddrs() {
+		if !slices.Contains(ensemble, b) {
+			return b
+		}
+	}
+	t.Fatal("no spare bookie")
+	return ""
+}
+
+// readCopy reads entry from one bookie and checks its digest and payload.
+func readCopy(t *testing.T, cl *Client, lh *Ledger, bookie string, entry int64, want []byte) {
+	t.Helper()
+	got := make(chan readResult, 1)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cl.cfg.dial(bookie).Read(lh.ID(), entry, 0, nil, readResponse, &readCtx{ch: got})
+		r := <-got
+		if r.err == nil && r.rc == protocol.EOK {
+			e, err := lh.dg.verify(r.entry, lh.ID(), entry)
+			if err != nil {
+				t.Fatalf("%s's copy of entry %d: %v", bookie, entry, err)
+			}
+			if !bytes.Equal(e.Payload, want) {
+				t.Fatalf("%s stored %q for entry %d, want %q", bookie, e.Payload, entry, want)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("read entry %d from %s: rc %v, %v", entry, bookie, r.rc, r.err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRefusedAppendIsCalledBackInOrder: an append refused because Close has begun is called back
+// after the add still in flight before it.
+func TestRefusedAppendIsCalledBackInOrder(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	ctx := context.Background()
+	var conns sync.Map
+	cl := newClient(t, c, wrapConns(&conns))
+	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ens := lh.Metadata().Ensembles[0].Bookies
+	for _, b := range ens {
+		holdAdds(faultConnOf(t, cl, &conns, b))
+	}
+	order := make(chan string, 2)
+	lh.AppendAsync([]byte("a"), func(_ int64, err error) { order <- fmt.Sprint("first: ", err) })
+	closed := make(chan error, 1)
+	go func() { closed <- lh.Close(ctx) }()
+	time.Sleep(100 * time.Millisecond) // Close is waiting for the first add
+	lh.AppendAsync([]byte("b"), func(_ int64, err error) { order <- fmt.Sprint("second: ", err) })
+	for _, b := range ens {
+		faultConnOf(t, cl, &conns, b).releaseAdds()
+	}
+	if got, want := <-order, "first: <nil>"; got != want {
+		t.Fatalf("first callback %q, want %q", got, want)
+	}
+	if got := <-order; !strings.HasPrefix(got, "second: ") || !strings.Contains(got, ErrLedgerClosed.Error()) {
+		t.Fatalf("second callback %q, want ErrLedgerClosed", got)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFailureDuringAnEnsembleChangesResend: the handle fails (here: the client's transport
+// closes under it) while an ensemble change is still sending an add to the replacement bookie.
+// The add's callback, which releases the caller's buffer, must wait for that send: the
+// replacement must store the bytes that were appended.
+func TestFailureDuringAnEnsembleChangesResend(t *testing.T) {
+	c := clustertest.Start(t, 4)
+	ctx := context.Background()
+	var conns sync.Map
+	cl := newClient(t, c, wrapConns(&conns))
+	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ens := lh.Metadata().Ensembles[0].Bookies
+	spare := spareOf(t, c, ens)
+	b1, b2 := faultConnOf(t, cl, &conns, ens[1]), faultConnOf(t, cl, &conns, ens[2])
+	holdAdds(b1)
+	holdAdds(b2)
+	sp := faultConnOf(t, cl, &conns, spare)
+	sp.mu.Lock()
+	sp.addDelay = 600 * time.Millisecond // the resend to the replacement is slow
+	sp.mu.Unlock()
+	data := payload(lh.ID(), 0)
+	want := bytes.Clone(data)
+	done := make(chan error, 1)
+	lh.AppendAsync(data, func(_ int64, err error) {
+		for i := range data {
+			data[i] = 'X' // the caller reuses its buffer
+		}
+		done <- err
+	})
+	time.Sleep(100 * time.Millisecond)
+	b2.failAdds() // the change replaces ens[2] with the spare and resends entry 0 to it
+	time.Sleep(200 * time.Millisecond)
+	b1.failAddsWith(transport.ErrClosed) // the handle fails while that resend is under way
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Fatalf("entry 0: %v, want ErrClosed", err)
+	}
+	readCopy(t, cl, lh, spare, 0, want)
+}
+
+// TestFailureDuringAnEnsembleChangeLosesNoCallback: an add that completed while AppendAsync was
+// still sending it (left for AppendAsync to deliver) is failed by a handle failure during an
+// ensemble change; the change must not make it incomplete again, and its callback must run.
+func TestFailureDuringAnEnsembleChangeLosesNoCallback(t *testing.T) {
+	c := clustertest.Start(t, 4)
+	ctx := context.Background()
+	var conns sync.Map
+	cl := newClient(t, c, wrapConns(&conns))
+	gated := &gatedPlacement{PlacementPolicy: cl.cfg.Placement, entered: make(chan struct{}), gate: make(chan struct{})}
+	cl.cfg.Placement = gated
+	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ens := lh.Metadata().Ensembles[0].Bookies
+	b1, b2 := faultConnOf(t, cl, &conns, ens[1]), faultConnOf(t, cl, &conns, ens[2])
+	holdAdds(faultConnOf(t, cl, &conns, spareOf(t, c, ens)))
+	holdAdds(b2)
+	if _, err := lh.Append(ctx, payload(lh.ID(), 0)); err != nil { // acknowledged by ens[0], ens[1]
+		t.Fatal(err)
+	}
+	failEntry0 := takeHeldAdds(b2)
+	holdAdds(b1)
+	holdAdds(b2)
+	results := make(chan string, 2)
+	lh.AppendAsync(payload(lh.ID(), 1), func(_ int64, err error) { results <- fmt.Sprint("entry 1: ", err) })
+	time.Sleep(100 * time.Millisecond)
+	failEntry1 := takeHeldAdds(b1)
+	b1.mu.Lock()
+	b1.addDelay = 1500 * time.Millisecond // entry 2's send to ens[1] is slow...
+	b1.mu.Unlock()
+	go lh.AppendAsync(payload(lh.ID(), 2), func(_ int64, err error) { results <- fmt.Sprint("entry 2: ", err) })
+	time.Sleep(200 * time.Millisecond)     // ...and ens[0], ens[2] have acknowledged it meanwhile
+	failEntry0[0](transport.ErrConnection) // ens[2] fails entry 0: an ensemble change starts
+	<-gated.entered
+	failEntry1[0](transport.ErrClosed) // the handle fails during the change
+	close(gated.gate)
+	// ens[1] goes away before entry 2's slow send reaches it: no bookie will acknowledge entry
+	// 2 again (its resend to the replacement stays held), so only the failure can complete it.
+	if err := c.StopBookie(ctx, slices.Index(c.BookieAddrs(), ens[1])); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case r := <-results:
+			if !strings.Contains(r, ErrClosed.Error()) {
+				t.Fatalf("%s, want ErrClosed", r)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a callback never ran")
+		}
 	}
 }
