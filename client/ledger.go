@@ -323,7 +323,9 @@ func addResponse(ctx any, rc protocol.ReturnCode, err error) {
 		if current && op.acked&(1<<pos) == 0 {
 			op.acked |= 1 << pos
 			op.ackCount++
-			op.completed = op.ackCount >= lh.md.AckQuorumSize
+			if op.ackCount >= lh.md.AckQuorumSize {
+				op.completed = true // an ack never undoes a failure's completion
+			}
 		}
 	case err == nil && rc == protocol.EFENCED:
 		lh.failLocked(ErrLedgerFenced)
@@ -336,7 +338,9 @@ func addResponse(ctx any, rc protocol.ReturnCode, err error) {
 	default:
 		// The bookie failed, timed out or refused (read-only, overloaded): replace it, if it is
 		// still in the ensemble.
-		if lh.err == nil && slices.Contains(lh.currentBookiesLocked(), addr) {
+		// Not once Close has begun with nothing pending: the failed add is acknowledged
+		// already, and a change would race Close's own update of the metadata.
+		if lh.err == nil && slices.Contains(lh.currentBookiesLocked(), addr) && (!lh.closing || len(lh.pending) > 0) {
 			if !lh.toReplace[addr] { // once per bookie, not once per add in flight
 				lh.c.log.Warn("add failed; replacing the bookie", "ledger", lh.id, "entry", op.entryID, "bookie", addr, "rc", rc, "err", err)
 			}
@@ -639,7 +643,9 @@ func (lh *Ledger) Close(ctx context.Context) error {
 		lh.mu.Unlock()
 	})
 	defer stop()
-	for (len(lh.pending) > 0 || lh.changing) && lh.err == nil && ctx.Err() == nil {
+	// Also after a failure: the failed adds are called back once an ensemble change has sent
+	// what it was sending, or once AppendAsync has.
+	for (len(lh.pending) > 0 || lh.changing) && ctx.Err() == nil {
 		lh.idle.Wait()
 	}
 	if err := ctx.Err(); err != nil {

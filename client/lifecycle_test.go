@@ -411,3 +411,78 @@ func TestFailureDuringAnEnsembleChangeLosesNoCallback(t *testing.T) {
 		}
 	}
 }
+
+// failDuringChange starts an add on a (3,3,2) ledger of four bookies whose three bookies hold
+// it, fails it on ens[2] so that an ensemble change starts (held by gated), and fails the handle
+// on ens[1] during the change. It returns ens[0]'s connection, still holding the add.
+func failDuringChange(t *testing.T, results chan<- string) (*Ledger, *gatedPlacement, *faultConn) {
+	c := clustertest.Start(t, 4)
+	ctx := context.Background()
+	var conns sync.Map
+	cl := newClient(t, c, wrapConns(&conns))
+	gated := &gatedPlacement{PlacementPolicy: cl.cfg.Placement, entered: make(chan struct{}), gate: make(chan struct{})}
+	cl.cfg.Placement = gated
+	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ens := lh.Metadata().Ensembles[0].Bookies
+	b0, b1, b2 := faultConnOf(t, cl, &conns, ens[0]), faultConnOf(t, cl, &conns, ens[1]), faultConnOf(t, cl, &conns, ens[2])
+	holdAdds(b0)
+	holdAdds(b1)
+	holdAdds(b2)
+	lh.AppendAsync(payload(lh.ID(), 0), func(_ int64, err error) { results <- fmt.Sprint("entry 0: ", err) })
+	time.Sleep(100 * time.Millisecond)
+	takeHeldAdds(b2)[0](transport.ErrConnection) // an ensemble change starts
+	<-gated.entered
+	takeHeldAdds(b1)[0](transport.ErrClosed) // the handle fails during it
+	return lh, gated, b0
+}
+
+// TestLateAckAfterAFailure: an acknowledgement that arrives after the add failed (here during
+// an ensemble change) must not make it incomplete again: it, and the appends refused after
+// it, are called back.
+func TestLateAckAfterAFailure(t *testing.T) {
+	results := make(chan string, 2)
+	lh, gated, b0 := failDuringChange(t, results)
+	b0.releaseAdds() // ens[0] acknowledges entry 0 late: one ack of the two needed
+	time.Sleep(100 * time.Millisecond)
+	close(gated.gate)
+	lh.AppendAsync([]byte("x"), func(_ int64, err error) { results <- fmt.Sprint("refused: ", err) })
+	for range 2 {
+		select {
+		case r := <-results:
+			if !strings.Contains(r, ErrClosed.Error()) {
+				t.Fatalf("%s, want ErrClosed", r)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a callback never ran")
+		}
+	}
+}
+
+// TestCloseWaitsForFailedAddsDuringAChange: Close of a handle that failed during an ensemble
+// change returns only after the change ended and the failed add was called back.
+func TestCloseWaitsForFailedAddsDuringAChange(t *testing.T) {
+	results := make(chan string, 1)
+	lh, gated, _ := failDuringChange(t, results)
+	closed := make(chan error, 1)
+	go func() { closed <- lh.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while the change still held the failed add", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(gated.gate)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-results:
+		if !strings.Contains(r, ErrClosed.Error()) {
+			t.Fatalf("%s, want ErrClosed", r)
+		}
+	default:
+		t.Fatal("Close returned before the failed add was called back")
+	}
+}
