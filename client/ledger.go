@@ -424,6 +424,7 @@ func (lh *Ledger) deliverLocked(ops []*addOp) {
 		lh.spareOps = ops[:0]
 	}
 	lh.delivering = false
+	lh.idle.Broadcast() // Close waits for the callbacks too
 	lh.mu.Unlock()
 }
 
@@ -627,10 +628,11 @@ func (lh *Ledger) updateEnsemble(ctx context.Context, md *metadata.LedgerMetadat
 	}
 }
 
-// Close waits for pending adds, then closes the ledger in the metadata at the last entry it
-// acknowledged, also after adds failed (BookKeeper's close of a failed handle), unless the
-// ledger was fenced or the bookies refused this client. Closing a read handle does nothing.
-// Later appends fail with ErrLedgerClosed.
+// Close waits for pending adds and their callbacks, then closes the ledger in the metadata at
+// the last entry it acknowledged, also after adds failed (BookKeeper's close of a failed
+// handle), unless the ledger was fenced or the bookies refused this client. It must not be
+// called from an AppendAsync callback (that goroutine may be the one to run the others).
+// Closing a read handle does nothing. Later appends fail with ErrLedgerClosed.
 func (lh *Ledger) Close(ctx context.Context) error {
 	if lh.readOnly {
 		return nil
@@ -645,7 +647,7 @@ func (lh *Ledger) Close(ctx context.Context) error {
 	defer stop()
 	// Also after a failure: the failed adds are called back once an ensemble change has sent
 	// what it was sending, or once AppendAsync has.
-	for (len(lh.pending) > 0 || lh.changing) && ctx.Err() == nil {
+	for (len(lh.pending) > 0 || lh.changing || lh.delivering || len(lh.toDeliver) > 0) && ctx.Err() == nil {
 		lh.idle.Wait()
 	}
 	if err := ctx.Err(); err != nil {

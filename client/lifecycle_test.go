@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -484,5 +485,26 @@ func TestCloseWaitsForFailedAddsDuringAChange(t *testing.T) {
 		}
 	default:
 		t.Fatal("Close returned before the failed add was called back")
+	}
+}
+
+// TestCloseReturnsAfterCallbacks: Close returns only once the callbacks of the adds it waited
+// for have run (a slow first callback holds the second one).
+func TestCloseReturnsAfterCallbacks(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	ctx := context.Background()
+	cl := newClient(t, c, nil)
+	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int32
+	lh.AppendAsync(payload(lh.ID(), 0), func(int64, error) { time.Sleep(300 * time.Millisecond); ran.Add(1) })
+	lh.AppendAsync(payload(lh.ID(), 1), func(int64, error) { ran.Add(1) })
+	if err := lh.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := ran.Load(); n != 2 {
+		t.Fatalf("Close returned with %d of 2 callbacks run", n)
 	}
 }
