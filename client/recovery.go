@@ -7,6 +7,7 @@ import (
 	"hash"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/ringkeeper/ringkeeper/metadata"
 	"github.com/ringkeeper/ringkeeper/net/protocol"
@@ -57,7 +58,7 @@ func (lh *Ledger) recover(ctx context.Context) error {
 	lac := max(res.lac, last.FirstEntryID-1)
 	// Entries are read where the writer put them (md); recovery adds go to the ensembles of
 	// written, recovery's own copy, which its ensemble changes update.
-	written := md.Clone()
+	w := &recoveryWriter{written: md.Clone(), bad: map[string]bool{}}
 	lastEntry, length := lac, int64(0)
 	if lac >= 0 {
 		e, err := lh.recoveryRead(ctx, md, lac)
@@ -78,7 +79,7 @@ func (lh *Ledger) recover(ctx context.Context) error {
 		if e == nil {
 			break // missing on enough bookies: nothing at or after it was ever acknowledged
 		}
-		if err := lh.recoveryAdd(ctx, written, e, lac); err != nil {
+		if err := lh.recoveryAdd(ctx, w, e, lac); err != nil {
 			return fmt.Errorf("%w: ledger %d: re-add entry %d: %w", ErrRecovery, lh.id, id, err)
 		}
 		lastEntry, length = id, e.Length
@@ -91,7 +92,7 @@ func (lh *Ledger) recover(ctx context.Context) error {
 		if !slices.EqualFunc(m.Ensembles, read.Ensembles, sameEnsemble) {
 			return fmt.Errorf("%w: the ensembles changed while the ledger was in recovery", ErrRecovery)
 		}
-		m.Ensembles = written.Clone().Ensembles
+		m.Ensembles = w.written.Clone().Ensembles
 		m.State, m.LastEntryID, m.Length = metadata.StateClosed, lastEntry, length
 		return nil
 	})
@@ -166,12 +167,38 @@ func sameEnsemble(a, b metadata.Ensemble) bool {
 	return a.FirstEntryID == b.FirstEntryID && slices.Equal(a.Bookies, b.Bookies)
 }
 
-// recoveryAdd writes e again, with RECOVERY_ADD, to its whole write set in written until every
-// bookie of it has the entry. A bookie that fails is replaced in written (a new ensemble from
-// e on) and the entry sent to its replacement; if no bookie can replace it, Qa copies do. The
-// entry is re-sealed with lac, the LAC frozen at the start of recovery, so that no reader
-// learns of dirty entries from a recovery write.
-func (lh *Ledger) recoveryAdd(ctx context.Context, written *metadata.LedgerMetadata, e *Entry, lac int64) error {
+// replacementTookIt reports whether a bookie of entry's write set in after that is not in it in
+// before has the entry.
+func replacementTookIt(before, after *metadata.LedgerMetadata, entry int64, have map[string]bool) bool {
+	was, _ := writeSet(before, entry)
+	now, _ := writeSet(after, entry)
+	for _, b := range now {
+		if have[b] && !slices.Contains(was, b) {
+			return true
+		}
+	}
+	return false
+}
+
+// recoveryStragglerWait is how long a recovery add that Qa bookies took waits for the others
+// of its write set. One that has not answered by then is treated as failed for the rest of the
+// recovery, so that a hung bookie costs one wait, not an AddTimeout per entry.
+const recoveryStragglerWait = time.Second
+
+// recoveryWriter holds what recovery adds share: written, recovery's own copy of the metadata
+// (see recover), and the bookies that failed or hung on a recovery add, which are replaced and
+// never picked as replacements for the rest of the recovery (BookKeeper quarantines them too).
+type recoveryWriter struct {
+	written *metadata.LedgerMetadata
+	bad     map[string]bool
+}
+
+// recoveryAdd writes e again, with RECOVERY_ADD, to its write set in written. Bookies that
+// failed are replaced (a new ensemble in written from e on) and the entry is sent to the
+// replacements; it is done when every bookie of the write set has it, or when Qa do and no
+// bookie is left to replace the others. The entry is re-sealed with lac, the LAC frozen at
+// the start of recovery, so that no reader learns of dirty entries from a recovery write.
+func (lh *Ledger) recoveryAdd(ctx context.Context, w *recoveryWriter, e *Entry, lac int64) error {
 	hdr := make([]byte, lh.dg.headerSize())
 	var mac hash.Hash
 	if lh.dg.typ == DigestHMAC {
@@ -179,21 +206,22 @@ func (lh *Ledger) recoveryAdd(ctx context.Context, written *metadata.LedgerMetad
 	}
 	lh.dg.seal(hdr, mac, lh.id, e.EntryID, lac, e.Length, e.Payload)
 	parts := [][]byte{hdr, e.Payload}
-	have := map[string]bool{}      // bookies that took the entry
-	failedAny := map[string]bool{} // bookies that failed it: never picked as replacements
+	have := map[string]bool{} // bookies that took the entry
+	qa := w.written.AckQuorumSize
+	before := w.written.Clone()
 	for changes := 0; ; changes++ {
-		replicas, err := writeSet(written, e.EntryID)
+		replicas, err := writeSet(w.written, e.EntryID)
 		if err != nil {
 			return err
 		}
-		failed, firstErr, err := lh.sendRecoveryAdd(ctx, replicas, have, e.EntryID, parts)
+		failed, firstErr, err := lh.sendRecoveryAdd(ctx, replicas, have, w.bad, qa, e.EntryID, parts)
 		if err != nil {
 			return err
 		}
+		maps.Copy(w.bad, failed)
 		if len(failed) == 0 {
 			return nil
 		}
-		maps.Copy(failedAny, failed)
 		copies := 0
 		for _, b := range replicas {
 			if have[b] {
@@ -202,57 +230,79 @@ func (lh *Ledger) recoveryAdd(ctx context.Context, written *metadata.LedgerMetad
 		}
 		err = ErrTooManyEnsembleChanges
 		if changes < lh.c.cfg.MaxEnsembleChanges {
-			err = lh.replaceForRecovery(written, e.EntryID, failed, failedAny)
+			err = lh.replaceForRecovery(w.written, e.EntryID, failed, w.bad)
 		}
 		if err != nil {
-			if copies >= written.AckQuorumSize {
+			if copies >= qa {
 				lh.c.log.Warn("recovery add on an ack quorum only; no bookie replaces the failed ones", "ledger", lh.id,
-					"entry", e.EntryID, "copies", copies, "err", firstErr)
+					"entry", e.EntryID, "copies", copies, "failed", failed, "err", cmpErr(firstErr, err))
+				if !replacementTookIt(before, w.written, e.EntryID, have) {
+					w.written = before // a replacement that holds nothing is no better than the bookie it replaced
+				}
 				return nil
 			}
 			return fmt.Errorf("%w: %d of %d bookies took the recovery add (%d needed; %v), and none replaces the others: %w",
-				ErrNotEnoughBookies, copies, len(replicas), written.AckQuorumSize, firstErr, err)
+				ErrNotEnoughBookies, copies, len(replicas), qa, firstErr, err)
 		}
 		lh.c.log.Info("recovery replaced bookies", "ledger", lh.id, "from_entry", e.EntryID, "failed", failed)
 	}
 }
 
-// sendRecoveryAdd sends a recovery add to the replicas not in have, adds those that take it to
-// have, and returns those that failed with the first failure. It fails only when the bookies
-// refuse this client or ctx ends.
-func (lh *Ledger) sendRecoveryAdd(ctx context.Context, replicas []string, have map[string]bool, entryID int64, parts [][]byte) (
+// sendRecoveryAdd sends a recovery add to the replicas neither in have nor in bad, and adds
+// those that take it to have. It returns the replicas that are bad, failed, or had not
+// answered recoveryStragglerWait after qa of the replicas had it, with the first failure. It
+// fails only when the bookies refuse this client or ctx ends.
+func (lh *Ledger) sendRecoveryAdd(ctx context.Context, replicas []string, have, bad map[string]bool, qa int, entryID int64, parts [][]byte) (
 	failed map[string]bool, firstErr, err error) {
 	type ack struct {
 		bookie string
 		rc     protocol.ReturnCode
 		err    error
 	}
-	ch := make(chan ack, len(replicas))
-	sent := 0
+	ch := make(chan ack, len(replicas)) // buffered: answers after a straggler wait are dropped
+	waiting := map[string]bool{}
+	failed = map[string]bool{}
+	copies := 0
 	for _, b := range replicas {
-		if have[b] {
+		switch {
+		case have[b]:
+			copies++
+			continue
+		case bad[b]:
+			failed[b] = true
 			continue
 		}
-		sent++
+		waiting[b] = true
 		lh.c.cfg.dial(b).Add(lh.id, entryID, &lh.key, protocol.FlagRecoveryAdd|protocol.FlagHighPriority, parts, func(_ any, rc protocol.ReturnCode, err error) {
 			ch <- ack{b, rc, err}
 		}, nil)
 	}
-	for range sent {
+	var straggle <-chan time.Time
+	for len(waiting) > 0 {
+		if straggle == nil && copies >= qa {
+			t := time.NewTimer(recoveryStragglerWait)
+			defer t.Stop()
+			straggle = t.C
+		}
 		select {
 		case a := <-ch:
+			delete(waiting, a.bookie)
 			switch {
 			case a.err == nil && a.rc == protocol.EOK:
 				have[a.bookie] = true
+				copies++
 			case a.err == nil && a.rc == protocol.EUA:
 				return nil, nil, ErrUnauthorized
 			default:
-				if failed == nil {
-					failed = map[string]bool{}
-				}
 				failed[a.bookie] = true
 				firstErr = cmpErr(firstErr, fmt.Errorf("%s: rc %v: %v", a.bookie, a.rc, a.err))
 			}
+		case <-straggle:
+			for b := range waiting {
+				failed[b] = true
+				firstErr = cmpErr(firstErr, fmt.Errorf("%s: no answer %v after an ack quorum", b, recoveryStragglerWait))
+			}
+			return failed, firstErr, nil
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
 		}
