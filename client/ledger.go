@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -49,7 +50,10 @@ type Ledger struct {
 	changing  bool
 	unsent    []*addOp
 	toReplace map[string]bool
-	changes   int
+	// replaced are the bookies this handle replaced: never picked as replacements again (two
+	// failing bookies would otherwise replace each other until MaxEnsembleChanges).
+	replaced map[string]bool
+	changes  int
 	// idle is signalled whenever pending shrinks, for Close.
 	idle *sync.Cond
 
@@ -116,7 +120,7 @@ func newLedger(c *Client, id int64, md *metadata.LedgerMetadata, version metadat
 	}
 	lh := &Ledger{
 		c: c, id: id, password: append([]byte(nil), password...), key: MasterKey(password), dg: dg,
-		readOnly: readOnly, md: md, version: version, lac: -1, toReplace: map[string]bool{},
+		readOnly: readOnly, md: md, version: version, lac: -1, toReplace: map[string]bool{}, replaced: map[string]bool{},
 	}
 	if md.State == metadata.StateClosed {
 		lh.lac, lh.nextEntry, lh.confirmedLength, lh.length = md.LastEntryID, md.LastEntryID+1, md.Length, md.Length
@@ -478,6 +482,8 @@ func (lh *Ledger) changeEnsemble() {
 			return
 		}
 		failed := lh.toReplace
+		maps.Copy(lh.replaced, failed)
+		excluded := maps.Clone(lh.replaced)
 		lh.toReplace = map[string]bool{}
 		lh.changes++
 		if lh.changes > lh.c.cfg.MaxEnsembleChanges {
@@ -489,7 +495,7 @@ func (lh *Ledger) changeEnsemble() {
 		lh.mu.Unlock()
 
 		ctx, cancel := context.WithTimeout(lh.c.ctx, 30*time.Second)
-		newMd, newVersion, err := lh.updateEnsemble(ctx, md, version, lac, failed)
+		newMd, newVersion, err := lh.updateEnsemble(ctx, md, version, lac, failed, excluded)
 		cancel()
 
 		lh.mu.Lock()
@@ -573,10 +579,11 @@ func (lh *Ledger) endChangeLocked() {
 	lh.deliverLocked(lh.popLocked(nil))
 }
 
-// updateEnsemble writes the new ensemble into the metadata with compare-and-set, retrying on
-// conflicts; it fails if the ledger was closed or is being recovered meanwhile.
+// updateEnsemble replaces the failed bookies with bookies not in excluded and writes the new
+// ensemble into the metadata with compare-and-set, retrying on conflicts; it fails if the
+// ledger was closed or is being recovered meanwhile.
 func (lh *Ledger) updateEnsemble(ctx context.Context, md *metadata.LedgerMetadata, version metadata.Version, lac int64,
-	failed map[string]bool) (*metadata.LedgerMetadata, metadata.Version, error) {
+	failed, excluded map[string]bool) (*metadata.LedgerMetadata, metadata.Version, error) {
 	backoff := 50 * time.Millisecond
 	for {
 		switch md.State {
@@ -591,7 +598,7 @@ func (lh *Ledger) updateEnsemble(ctx context.Context, md *metadata.LedgerMetadat
 			if !failed[b] {
 				continue
 			}
-			repl, err := lh.c.cfg.Placement.Replace(ens, i, md.WriteQuorumSize, lh.c.writableBookies(), failed)
+			repl, err := lh.c.cfg.Placement.Replace(ens, i, md.WriteQuorumSize, lh.c.writableBookies(), excluded)
 			if err != nil {
 				return nil, 0, err
 			}

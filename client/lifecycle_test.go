@@ -508,3 +508,77 @@ func TestCloseReturnsAfterCallbacks(t *testing.T) {
 		t.Fatalf("Close returned with %d of 2 callbacks run", n)
 	}
 }
+
+// failingAdds answers every add with a connection error.
+type failingAdds struct{ bookieConn }
+
+func (f failingAdds) Add(_, _ int64, _ *[20]byte, _ protocol.Flags, _ [][]byte, cb transport.AddCallback, ctx any) {
+	go cb(ctx, 0, transport.ErrConnection)
+}
+
+// TestReplacedBookiesAreNotPickedAgain: a bookie of the ensemble and the only spare both fail
+// adds. The spare replaces the first once; when it fails too, the first is not picked back
+// (they would replace each other until MaxEnsembleChanges): the handle fails with
+// ErrNotEnoughBookies, the spare in the ensemble.
+func TestReplacedBookiesAreNotPickedAgain(t *testing.T) {
+	c := clustertest.Start(t, 4)
+	ctx := context.Background()
+	var failing sync.Map
+	cl := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
+		return &switchableConn{bookieConn: conn, fail: func() bool { _, ok := failing.Load(addr); return ok }}
+	})
+	cl.cfg.MaxEnsembleChanges = 10
+	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ens := lh.Metadata().Ensembles[0].Bookies
+	for deadline := time.Now().Add(10 * time.Second); len(cl.writableBookies()) < 4; { // the spare must be a candidate
+		if time.Now().After(deadline) {
+			t.Fatalf("the client sees %d writable bookies, want 4", len(cl.writableBookies()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	spare := spareOf(t, c, ens)
+	failing.Store(ens[1], true)
+	failing.Store(spare, true)
+	// The first append may complete on ens[0] and ens[2] before the spare fails it; the handle
+	// fails once no bookie can replace the spare.
+	for i := int64(0); ; i++ {
+		_, err := lh.Append(ctx, payload(lh.ID(), i))
+		if err == nil && i < 10 {
+			continue
+		}
+		if !errors.Is(err, ErrNotEnoughBookies) {
+			t.Fatalf("append %d with two failing bookies: %v, want ErrNotEnoughBookies", i, err)
+		}
+		break
+	}
+	lh.mu.Lock()
+	changes := lh.changes
+	lh.mu.Unlock()
+	if changes != 2 {
+		t.Fatalf("%d ensemble changes, want 2 (the spare for %s, then none for the spare)", changes, ens[1])
+	}
+	stored, _, err := cl.md.Ledgers().Read(ctx, lh.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last, _ := stored.LastEnsemble(); !slices.Contains(last.Bookies, spare) || slices.Contains(last.Bookies, ens[1]) {
+		t.Fatalf("ensembles %+v: want the spare in place of %s", stored.Ensembles, ens[1])
+	}
+}
+
+// switchableConn fails adds while fail says so.
+type switchableConn struct {
+	bookieConn
+	fail func() bool
+}
+
+func (s *switchableConn) Add(ledgerID, entryID int64, key *[20]byte, flags protocol.Flags, entry [][]byte, cb transport.AddCallback, ctx any) {
+	if s.fail() {
+		failingAdds{}.Add(ledgerID, entryID, key, flags, entry, cb, ctx)
+		return
+	}
+	s.bookieConn.Add(ledgerID, entryID, key, flags, entry, cb, ctx)
+}
