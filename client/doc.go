@@ -14,9 +14,13 @@
 // Entry e goes to bookies (e+i) mod E of the current ensemble, i < Qw, and completes at Qa
 // acknowledgements; completions are delivered strictly in entry order and each entry carries
 // the LAC (the last entry whose add completed). A bookie that fails an add is replaced through
-// the PlacementPolicy: the metadata is CAS'd with a new ensemble starting at LAC+1 and the adds
-// in flight are resent to the replacement before any callback runs. An ensemble change fails
-// cleanly (ErrLedgerClosed, ErrLedgerFenced) when another client closed or fenced the ledger.
+// the PlacementPolicy (never by a bookie this handle replaced before): the metadata is CAS'd
+// with a new ensemble starting at LAC+1 and the adds in flight are resent to the replacement
+// before any callback runs. An add's callback never runs before every send of it has copied
+// its data (the caller may reuse the buffer from the callback on). An ensemble change fails
+// cleanly (ErrLedgerClosed, ErrLedgerFenced) when another client closed or fenced the ledger;
+// with no bookie to replace a failed one the handle fails (ErrNotEnoughBookies) and Close
+// still closes it at its LAC.
 //
 // # Stored entries
 //
@@ -41,7 +45,10 @@
 // with fencing and re-added to their whole write quorum with RECOVERY_ADD, up to the first
 // entry that at least Qw−Qa+1 bookies report missing (an I/O error or a bad digest is never
 // counted as missing); finally the metadata is CAS'd to CLOSED with that last entry and the
-// length. Concurrent recoverers converge on the same end.
+// length. A bookie that fails (or hangs on) a recovery add is replaced for the rest of the
+// recovery, in recovery's own copy of the metadata, whose ensembles go into the closing CAS
+// only (BookKeeper #1621); with no replacement, Qa copies do. Concurrent recoverers converge
+// on the same end.
 //
 // # Reads
 //
@@ -53,7 +60,9 @@
 //
 // One watcher goroutine per Client follows the writable bookies in the metadata service;
 // ensemble changes run on their own goroutine per ledger, one at a time. Callbacks run on
-// transport goroutines and must not block. Close fails what is pending and leaks nothing.
+// transport goroutines, in entry order, and must not block; they may call AppendAsync, not
+// Append or Close. A ledger's Close returns after the callbacks of its pending adds;
+// Client.Close fails what is pending (ErrClosed) and leaks nothing.
 //
 // An add's path crosses several goroutines (the caller, each bookie connection's writer and
 // reader), so its latency depends on a free P being there when one is woken. A process that

@@ -441,13 +441,14 @@ func (lh *Ledger) recycleLocked(op *addOp) {
 	}
 }
 
-// failLocked makes err sticky and fails every pending add with it.
+// failLocked makes err sticky and completes every pending add with it. It does not pop them:
+// its callers do (addResponse right after; an ensemble change, which may be sending them,
+// once its sends are out).
 func (lh *Ledger) failLocked(err error) {
 	if lh.err != nil {
 		return
 	}
 	lh.err = err
-	lh.idle.Broadcast() // Close waits for pending adds only while there is no error
 	for _, op := range lh.pending {
 		op.completed = true
 		if op.err == nil { // a refused append keeps its own error
@@ -455,19 +456,6 @@ func (lh *Ledger) failLocked(err error) {
 		}
 	}
 	lh.unsent = nil
-	if lh.changing {
-		return // the change may be sending them: it pops them once its sends are out
-	}
-	popped := lh.popLocked(nil)
-	// The caller holds mu and goes on with it: the failed adds are queued after any delivery
-	// in progress, and delivered by that goroutine or by a new one.
-	lh.toDeliver = append(lh.toDeliver, popped...)
-	if len(popped) > 0 && !lh.delivering {
-		go func() {
-			lh.mu.Lock()
-			lh.deliverLocked(nil)
-		}()
-	}
 }
 
 // changeEnsemble replaces the bookies in toReplace with a compare-and-set of the metadata: a
