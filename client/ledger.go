@@ -50,8 +50,8 @@ type Ledger struct {
 	changing  bool
 	unsent    []*addOp
 	toReplace map[string]bool
-	// replaced are the bookies this handle replaced: never picked as replacements again (two
-	// failing bookies would otherwise replace each other until MaxEnsembleChanges).
+	// replaced are the bookies this handle replaced: picked as replacements again only when no
+	// other bookie is left (two failing bookies would otherwise replace each other).
 	replaced map[string]bool
 	changes  int
 	// idle is signalled whenever pending shrinks, for Close.
@@ -587,6 +587,11 @@ func (lh *Ledger) updateEnsemble(ctx context.Context, md *metadata.LedgerMetadat
 				continue
 			}
 			repl, err := lh.c.cfg.Placement.Replace(ens, i, md.WriteQuorumSize, lh.c.writableBookies(), excluded)
+			if errors.Is(err, ErrNotEnoughBookies) && len(excluded) > len(failed) {
+				// Only bookies replaced earlier are left: one may be back (a restart), and
+				// ending the handle would be worse (BookKeeper also falls back on them).
+				repl, err = lh.c.cfg.Placement.Replace(ens, i, md.WriteQuorumSize, lh.c.writableBookies(), failed)
+			}
 			if err != nil {
 				return nil, 0, err
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -516,56 +517,105 @@ func (f failingAdds) Add(_, _ int64, _ *[20]byte, _ protocol.Flags, _ [][]byte, 
 	go cb(ctx, 0, transport.ErrConnection)
 }
 
-// TestReplacedBookiesAreNotPickedAgain: a bookie of the ensemble and the only spare both fail
-// adds. The spare replaces the first once; when it fails too, the first is not picked back
-// (they would replace each other until MaxEnsembleChanges): the handle fails with
-// ErrNotEnoughBookies, the spare in the ensemble.
-func TestReplacedBookiesAreNotPickedAgain(t *testing.T) {
+// recordingPlacement returns first for the first Replace and records what every Replace was
+// told to exclude.
+type recordingPlacement struct {
+	PlacementPolicy
+	first string
+	mu    sync.Mutex
+	calls []map[string]bool
+}
+
+func (p *recordingPlacement) Replace(ensemble []string, index, writeQuorum int, available []metadata.BookieInfo, excluded map[string]bool) (string, error) {
+	p.mu.Lock()
+	p.calls = append(p.calls, maps.Clone(excluded))
+	n := len(p.calls)
+	p.mu.Unlock()
+	if n == 1 {
+		return p.first, nil
+	}
+	return p.PlacementPolicy.Replace(ensemble, index, writeQuorum, available, excluded)
+}
+
+// waitWritable waits until cl sees n writable bookies (replacements are chosen among them).
+func waitWritable(t *testing.T, cl *Client, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); len(cl.writableBookies()) < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the client sees %d writable bookies, want %d", len(cl.writableBookies()), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestReplacedBookiesArePickedLast: a bookie of the ensemble fails, its replacement fails too;
+// the second replacement excludes the bookie replaced first (two failing bookies would
+// otherwise replace each other) and picks the healthy spare.
+func TestReplacedBookiesArePickedLast(t *testing.T) {
+	c := clustertest.Start(t, 5)
+	ctx := context.Background()
+	var failing sync.Map
+	cl := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
+		return &switchableConn{bookieConn: conn, fail: func() bool { _, ok := failing.Load(addr); return ok }}
+	})
+	waitWritable(t, cl, 5)
+	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ens := lh.Metadata().Ensembles[0].Bookies
+	var spares []string
+	for _, b := range c.BookieAddrs() {
+		if !slices.Contains(ens, b) {
+			spares = append(spares, b)
+		}
+	}
+	rec := &recordingPlacement{PlacementPolicy: cl.cfg.Placement, first: spares[0]}
+	cl.cfg.Placement = rec
+	failing.Store(ens[1], true)
+	failing.Store(spares[0], true)
+	if _, err := lh.Append(ctx, payload(lh.ID(), 0)); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.calls) < 2 || !rec.calls[1][ens[1]] {
+		t.Fatalf("replacements excluded %v, want the second to exclude %s", rec.calls, ens[1])
+	}
+	if last, _ := lh.Metadata().LastEnsemble(); !slices.Contains(last.Bookies, spares[1]) {
+		t.Fatalf("ensemble %v, want the healthy spare %s in it", last.Bookies, spares[1])
+	}
+}
+
+// TestReplacedBookieIsPickedWhenNoOtherIsLeft: after a bookie was replaced (it restarted), a
+// second failure finds no bookie outside the ensemble but the first one, healthy again: it is
+// picked rather than failing the handle.
+func TestReplacedBookieIsPickedWhenNoOtherIsLeft(t *testing.T) {
 	c := clustertest.Start(t, 4)
 	ctx := context.Background()
 	var failing sync.Map
 	cl := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
 		return &switchableConn{bookieConn: conn, fail: func() bool { _, ok := failing.Load(addr); return ok }}
 	})
-	cl.cfg.MaxEnsembleChanges = 10
+	waitWritable(t, cl, 4)
 	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ens := lh.Metadata().Ensembles[0].Bookies
-	for deadline := time.Now().Add(10 * time.Second); len(cl.writableBookies()) < 4; { // the spare must be a candidate
-		if time.Now().After(deadline) {
-			t.Fatalf("the client sees %d writable bookies, want 4", len(cl.writableBookies()))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	spare := spareOf(t, c, ens)
 	failing.Store(ens[1], true)
-	failing.Store(spare, true)
-	// The first append may complete on ens[0] and ens[2] before the spare fails it; the handle
-	// fails once no bookie can replace the spare.
-	for i := int64(0); ; i++ {
-		_, err := lh.Append(ctx, payload(lh.ID(), i))
-		if err == nil && i < 10 {
-			continue
-		}
-		if !errors.Is(err, ErrNotEnoughBookies) {
-			t.Fatalf("append %d with two failing bookies: %v, want ErrNotEnoughBookies", i, err)
-		}
-		break
-	}
-	lh.mu.Lock()
-	changes := lh.changes
-	lh.mu.Unlock()
-	if changes != 2 {
-		t.Fatalf("%d ensemble changes, want 2 (the spare for %s, then none for the spare)", changes, ens[1])
-	}
-	stored, _, err := cl.md.Ledgers().Read(ctx, lh.ID())
-	if err != nil {
+	if _, err := lh.Append(ctx, payload(lh.ID(), 0)); err != nil {
 		t.Fatal(err)
 	}
-	if last, _ := stored.LastEnsemble(); !slices.Contains(last.Bookies, spare) || slices.Contains(last.Bookies, ens[1]) {
-		t.Fatalf("ensembles %+v: want the spare in place of %s", stored.Ensembles, ens[1])
+	failing.Delete(ens[1]) // back
+	failing.Store(ens[2], true)
+	for i := int64(1); i <= 3; i++ {
+		if _, err := lh.Append(ctx, payload(lh.ID(), i)); err != nil {
+			t.Fatalf("append %d after the second failure: %v", i, err)
+		}
+	}
+	if last, _ := lh.Metadata().LastEnsemble(); !slices.Contains(last.Bookies, ens[1]) || slices.Contains(last.Bookies, ens[2]) {
+		t.Fatalf("ensemble %v, want %s back in place of %s", last.Bookies, ens[1], ens[2])
 	}
 }
 

@@ -232,6 +232,21 @@ func (lh *Ledger) recoveryAdd(ctx context.Context, w *recoveryWriter, e *Entry, 
 		if changes < lh.c.cfg.MaxEnsembleChanges {
 			err = lh.replaceForRecovery(w.written, e.EntryID, failed, w.bad)
 		}
+		if err != nil && copies < qa {
+			// No bookie replaces the failed ones and the entry lacks its ack quorum: try the
+			// quarantined ones of its write set again, waiting for their answers (one that
+			// was only slow once may be needed now).
+			var retryErr error
+			if _, firstErr, retryErr = lh.sendRecoveryAdd(ctx, replicas, have, nil, len(replicas)+1, e.EntryID, parts); retryErr != nil {
+				return retryErr
+			}
+			copies = 0
+			for _, b := range replicas {
+				if have[b] {
+					copies++
+				}
+			}
+		}
 		if err != nil {
 			if copies >= qa {
 				lh.c.log.Warn("recovery add on an ack quorum only; no bookie replaces the failed ones", "ledger", lh.id,

@@ -361,3 +361,67 @@ func TestRecoveryWithAHungBookie(t *testing.T) {
 	}
 	checkEntries(t, rh, 25)
 }
+
+// slowFirstRecoveryAdd delays a bookie's first recovery add past recoveryStragglerWait.
+type slowFirstRecoveryAdd struct {
+	bookieConn
+	n atomic.Int32
+}
+
+func (f *slowFirstRecoveryAdd) Add(ledgerID, entryID int64, key *[20]byte, flags protocol.Flags, entry [][]byte, cb transport.AddCallback, ctx any) {
+	if flags.Has(protocol.FlagRecoveryAdd) && f.n.Add(1) == 1 {
+		go func() {
+			time.Sleep(recoveryStragglerWait + 500*time.Millisecond)
+			f.bookieConn.Add(ledgerID, entryID, key, flags, entry, cb, ctx)
+		}()
+		return
+	}
+	f.bookieConn.Add(ledgerID, entryID, key, flags, entry, cb, ctx)
+}
+
+// failRecoveryAddsAfterFirst fails a bookie's recovery adds after the first.
+type failRecoveryAddsAfterFirst struct {
+	bookieConn
+	n atomic.Int32
+}
+
+func (f *failRecoveryAddsAfterFirst) Add(ledgerID, entryID int64, key *[20]byte, flags protocol.Flags, entry [][]byte, cb transport.AddCallback, ctx any) {
+	if flags.Has(protocol.FlagRecoveryAdd) && f.n.Add(1) > 1 {
+		go cb(ctx, 0, transport.ErrTimeout)
+		return
+	}
+	f.bookieConn.Add(ledgerID, entryID, key, flags, entry, cb, ctx)
+}
+
+// TestRecoveryRetriesAQuarantinedBookieWhenNeeded: a bookie slow once is quarantined (skipped
+// while the others make an ack quorum); when another then fails and no bookie can replace
+// them, the slow one is asked again, and recovery completes.
+func TestRecoveryRetriesAQuarantinedBookieWhenNeeded(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	ctx := context.Background()
+	w := newClient(t, c, nil)
+	lh, err := w.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, lh, 20)
+	appendUnconfirmed(t, lh, 20, 6)
+	ens := lh.Metadata().Ensembles[0].Bookies
+	r := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
+		switch addr {
+		case ens[0]:
+			return &slowFirstRecoveryAdd{bookieConn: conn}
+		case ens[2]:
+			return &failRecoveryAddsAfterFirst{bookieConn: conn}
+		}
+		return conn
+	})
+	rh, err := r.OpenLedger(ctx, lh.ID(), password, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := rh.Metadata().LastEntryID; last != 25 {
+		t.Fatalf("closed at %d, want 25", last)
+	}
+	checkEntries(t, rh, 25)
+}
