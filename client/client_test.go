@@ -21,6 +21,17 @@ func payload(ledger, entry int64) []byte {
 }
 
 // appendN appends n entries and returns the ids acknowledged.
+// createLedger creates a ledger of (ensemble, write quorum, ack quorum) with the test password.
+func createLedger(t testing.TB, cl *Client, ensemble, writeQuorum, ackQuorum int) *Ledger {
+	t.Helper()
+	lh, err := cl.CreateLedger(context.Background(), CreateOptions{EnsembleSize: ensemble, WriteQuorum: writeQuorum,
+		AckQuorum: ackQuorum, Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lh
+}
+
 func appendN(t *testing.T, lh *Ledger, n int) {
 	t.Helper()
 	for i := range n {

@@ -567,6 +567,34 @@ func (lh *Ledger) endChangeLocked() {
 	lh.deliverLocked(lh.popLocked(nil))
 }
 
+// replaceBookies replaces each bookie of md's last ensemble that is in failed, from entry first
+// on (in that ensemble if it starts at first, else in a new one), with one the placement policy
+// picks outside excluded; with fallBack, outside failed only when that leaves none. md is
+// changed only if every replacement was found.
+func (c *Client) replaceBookies(md *metadata.LedgerMetadata, first int64, failed, excluded map[string]bool, fallBack bool) error {
+	last, _ := md.LastEnsemble()
+	ens := slices.Clone(last.Bookies)
+	for i, b := range ens {
+		if !failed[b] {
+			continue
+		}
+		repl, err := c.cfg.Placement.Replace(ens, i, md.WriteQuorumSize, c.writableBookies(), excluded)
+		if fallBack && errors.Is(err, ErrNotEnoughBookies) && len(excluded) > len(failed) {
+			repl, err = c.cfg.Placement.Replace(ens, i, md.WriteQuorumSize, c.writableBookies(), failed)
+		}
+		if err != nil {
+			return err
+		}
+		ens[i] = repl
+	}
+	if last.FirstEntryID == first {
+		md.Ensembles[len(md.Ensembles)-1].Bookies = ens
+	} else {
+		md.Ensembles = append(md.Ensembles, metadata.Ensemble{FirstEntryID: first, Bookies: ens})
+	}
+	return nil
+}
+
 // updateEnsemble replaces the failed bookies with bookies not in excluded and writes the new
 // ensemble into the metadata with compare-and-set, retrying on conflicts; it fails if the
 // ledger was closed or is being recovered meanwhile.
@@ -580,28 +608,11 @@ func (lh *Ledger) updateEnsemble(ctx context.Context, md *metadata.LedgerMetadat
 		case metadata.StateClosed:
 			return nil, 0, ErrLedgerClosed
 		}
-		last, _ := md.LastEnsemble()
-		ens := slices.Clone(last.Bookies)
-		for i, b := range ens {
-			if !failed[b] {
-				continue
-			}
-			repl, err := lh.c.cfg.Placement.Replace(ens, i, md.WriteQuorumSize, lh.c.writableBookies(), excluded)
-			if errors.Is(err, ErrNotEnoughBookies) && len(excluded) > len(failed) {
-				// Only bookies replaced earlier are left: one may be back (a restart), and
-				// ending the handle would be worse (BookKeeper also falls back on them).
-				repl, err = lh.c.cfg.Placement.Replace(ens, i, md.WriteQuorumSize, lh.c.writableBookies(), failed)
-			}
-			if err != nil {
-				return nil, 0, err
-			}
-			ens[i] = repl
-		}
+		// Falling back on bookies replaced earlier: one may be back (a restart), and ending the
+		// handle would be worse (BookKeeper also falls back on quarantined bookies).
 		next := md.Clone()
-		if last.FirstEntryID == lac+1 {
-			next.Ensembles[len(next.Ensembles)-1].Bookies = ens
-		} else {
-			next.Ensembles = append(next.Ensembles, metadata.Ensemble{FirstEntryID: lac + 1, Bookies: ens})
+		if err := lh.c.replaceBookies(next, lac+1, failed, excluded, true); err != nil {
+			return nil, 0, err
 		}
 		v, err := lh.c.md.Ledgers().Update(ctx, lh.id, next, version)
 		var bve *metadata.BadVersionError

@@ -33,6 +33,13 @@ func (g *gatedPlacement) Replace(ensemble []string, index, writeQuorum int, avai
 	return g.PlacementPolicy.Replace(ensemble, index, writeQuorum, available, excluded)
 }
 
+// gatePlacement makes cl's ensemble changes wait in Replace until gated.gate is closed.
+func gatePlacement(cl *Client) *gatedPlacement {
+	g := &gatedPlacement{PlacementPolicy: cl.cfg.Placement, entered: make(chan struct{}), gate: make(chan struct{})}
+	cl.cfg.Placement = g
+	return g
+}
+
 // wrapConns returns a wrap function for newClient that keeps each bookie's faultConn.
 func wrapConns(conns *sync.Map) func(addr string, conn bookieConn) bookieConn {
 	return func(addr string, conn bookieConn) bookieConn {
@@ -61,12 +68,8 @@ func TestCloseDuringAnEnsembleChange(t *testing.T) {
 	ctx := context.Background()
 	var conns sync.Map
 	cl := newClient(t, c, wrapConns(&conns))
-	gated := &gatedPlacement{PlacementPolicy: cl.cfg.Placement, entered: make(chan struct{}), gate: make(chan struct{})}
-	cl.cfg.Placement = gated
-	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
-	if err != nil {
-		t.Fatal(err)
-	}
+	gated := gatePlacement(cl)
+	lh := createLedger(t, cl, 3, 3, 2)
 	third := faultConnOf(t, cl, &conns, lh.Metadata().Ensembles[0].Bookies[2])
 	third.mu.Lock()
 	third.holdAdds = true
@@ -102,51 +105,19 @@ func TestCloseDuringAnEnsembleChange(t *testing.T) {
 // store the bytes that were appended, not what the caller wrote into the buffer afterwards.
 func TestCallbackRunsAfterEverySend(t *testing.T) {
 	c := clustertest.Start(t, 3)
-	ctx := context.Background()
 	var conns sync.Map
 	cl := newClient(t, c, wrapConns(&conns))
-	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := createLedger(t, cl, 3, 3, 2)
 	last := lh.Metadata().Ensembles[0].Bookies[2] // entry 0's last send goes to position 2
 	slow := faultConnOf(t, cl, &conns, last)
 	slow.mu.Lock()
 	slow.addDelay = 300 * time.Millisecond
 	slow.mu.Unlock()
-	data := payload(lh.ID(), 0)
-	want := bytes.Clone(data)
-	done := make(chan error, 1)
-	lh.AppendAsync(data, func(_ int64, err error) {
-		for i := range data {
-			data[i] = 'X' // the caller reuses its buffer
-		}
-		done <- err
-	})
+	want, done := appendReusingBuffer(lh)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	// Read entry 0 from the third bookie alone.
-	got := make(chan readResult, 1)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		cl.cfg.dial(last).Read(lh.ID(), 0, 0, nil, readResponse, &readCtx{ch: got})
-		r := <-got
-		if r.err == nil && r.rc == protocol.EOK {
-			e, err := lh.dg.verify(r.entry, lh.ID(), 0)
-			if err != nil {
-				t.Fatalf("the third bookie's copy: %v", err)
-			}
-			if !bytes.Equal(e.Payload, want) {
-				t.Fatalf("the third bookie stored %q, want %q", e.Payload, want)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("read from the third bookie: rc %v, %v", r.rc, r.err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	readCopy(t, cl, lh, last, 0, want) // the third bookie's copy
 }
 
 // TestCloseAfterAFailedAdd: when no bookie can replace a failed one, the handle fails; Close
@@ -156,10 +127,7 @@ func TestCloseAfterAFailedAdd(t *testing.T) {
 	c := clustertest.Start(t, 3)
 	ctx := context.Background()
 	cl := newClient(t, c, nil)
-	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := createLedger(t, cl, 3, 3, 2)
 	appendN(t, lh, 5)
 	if err := c.StopBookie(ctx, 0); err != nil {
 		t.Fatal(err)
@@ -190,13 +158,9 @@ func TestCloseAfterAFailedAdd(t *testing.T) {
 // each callback runs once, and no ensemble change is attempted (no bookie failed).
 func TestClientCloseFailsPendingAdds(t *testing.T) {
 	c := clustertest.Start(t, 3)
-	ctx := context.Background()
 	var conns sync.Map
 	cl := newClient(t, c, wrapConns(&conns))
-	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := createLedger(t, cl, 3, 3, 2)
 	for _, b := range lh.Metadata().Ensembles[0].Bookies {
 		f := faultConnOf(t, cl, &conns, b)
 		f.mu.Lock()
@@ -259,6 +223,21 @@ func spareOf(t *testing.T, c interface{ BookieAddrs() []string }, ensemble []str
 	return ""
 }
 
+// appendReusingBuffer appends entry 0 from a buffer its callback then overwrites, as a caller
+// that reuses its buffer does. It returns the bytes appended and the callback's error.
+func appendReusingBuffer(lh *Ledger) (want []byte, done <-chan error) {
+	data := payload(lh.ID(), 0)
+	want = bytes.Clone(data)
+	errs := make(chan error, 1)
+	lh.AppendAsync(data, func(_ int64, err error) {
+		for i := range data {
+			data[i] = 'X'
+		}
+		errs <- err
+	})
+	return want, errs
+}
+
 // readCopy reads entry from one bookie and checks its digest and payload.
 func readCopy(t *testing.T, cl *Client, lh *Ledger, bookie string, entry int64, want []byte) {
 	t.Helper()
@@ -291,10 +270,7 @@ func TestRefusedAppendIsCalledBackInOrder(t *testing.T) {
 	ctx := context.Background()
 	var conns sync.Map
 	cl := newClient(t, c, wrapConns(&conns))
-	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := createLedger(t, cl, 3, 3, 2)
 	ens := lh.Metadata().Ensembles[0].Bookies
 	for _, b := range ens {
 		holdAdds(faultConnOf(t, cl, &conns, b))
@@ -325,13 +301,9 @@ func TestRefusedAppendIsCalledBackInOrder(t *testing.T) {
 // replacement must store the bytes that were appended.
 func TestFailureDuringAnEnsembleChangesResend(t *testing.T) {
 	c := clustertest.Start(t, 4)
-	ctx := context.Background()
 	var conns sync.Map
 	cl := newClient(t, c, wrapConns(&conns))
-	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := createLedger(t, cl, 3, 3, 2)
 	ens := lh.Metadata().Ensembles[0].Bookies
 	spare := spareOf(t, c, ens)
 	b1, b2 := faultConnOf(t, cl, &conns, ens[1]), faultConnOf(t, cl, &conns, ens[2])
@@ -341,15 +313,7 @@ func TestFailureDuringAnEnsembleChangesResend(t *testing.T) {
 	sp.mu.Lock()
 	sp.addDelay = 600 * time.Millisecond // the resend to the replacement is slow
 	sp.mu.Unlock()
-	data := payload(lh.ID(), 0)
-	want := bytes.Clone(data)
-	done := make(chan error, 1)
-	lh.AppendAsync(data, func(_ int64, err error) {
-		for i := range data {
-			data[i] = 'X' // the caller reuses its buffer
-		}
-		done <- err
-	})
+	want, done := appendReusingBuffer(lh)
 	time.Sleep(100 * time.Millisecond)
 	b2.failAdds() // the change replaces ens[2] with the spare and resends entry 0 to it
 	time.Sleep(200 * time.Millisecond)
@@ -368,12 +332,8 @@ func TestFailureDuringAnEnsembleChangeLosesNoCallback(t *testing.T) {
 	ctx := context.Background()
 	var conns sync.Map
 	cl := newClient(t, c, wrapConns(&conns))
-	gated := &gatedPlacement{PlacementPolicy: cl.cfg.Placement, entered: make(chan struct{}), gate: make(chan struct{})}
-	cl.cfg.Placement = gated
-	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
-	if err != nil {
-		t.Fatal(err)
-	}
+	gated := gatePlacement(cl)
+	lh := createLedger(t, cl, 3, 3, 2)
 	ens := lh.Metadata().Ensembles[0].Bookies
 	b1, b2 := faultConnOf(t, cl, &conns, ens[1]), faultConnOf(t, cl, &conns, ens[2])
 	holdAdds(faultConnOf(t, cl, &conns, spareOf(t, c, ens)))
@@ -419,15 +379,10 @@ func TestFailureDuringAnEnsembleChangeLosesNoCallback(t *testing.T) {
 // on ens[1] during the change. It returns ens[0]'s connection, still holding the add.
 func failDuringChange(t *testing.T, results chan<- string) (*Ledger, *gatedPlacement, *faultConn) {
 	c := clustertest.Start(t, 4)
-	ctx := context.Background()
 	var conns sync.Map
 	cl := newClient(t, c, wrapConns(&conns))
-	gated := &gatedPlacement{PlacementPolicy: cl.cfg.Placement, entered: make(chan struct{}), gate: make(chan struct{})}
-	cl.cfg.Placement = gated
-	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
-	if err != nil {
-		t.Fatal(err)
-	}
+	gated := gatePlacement(cl)
+	lh := createLedger(t, cl, 3, 3, 2)
 	ens := lh.Metadata().Ensembles[0].Bookies
 	b0, b1, b2 := faultConnOf(t, cl, &conns, ens[0]), faultConnOf(t, cl, &conns, ens[1]), faultConnOf(t, cl, &conns, ens[2])
 	holdAdds(b0)
@@ -495,10 +450,7 @@ func TestCloseReturnsAfterCallbacks(t *testing.T) {
 	c := clustertest.Start(t, 3)
 	ctx := context.Background()
 	cl := newClient(t, c, nil)
-	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := createLedger(t, cl, 3, 3, 2)
 	var ran atomic.Int32
 	lh.AppendAsync(payload(lh.ID(), 0), func(int64, error) { time.Sleep(300 * time.Millisecond); ran.Add(1) })
 	lh.AppendAsync(payload(lh.ID(), 1), func(int64, error) { ran.Add(1) })
@@ -554,15 +506,10 @@ func waitWritable(t *testing.T, cl *Client, n int) {
 func TestReplacedBookiesArePickedLast(t *testing.T) {
 	c := clustertest.Start(t, 5)
 	ctx := context.Background()
-	var failing sync.Map
-	cl := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
-		return &switchableConn{bookieConn: conn, fail: func() bool { _, ok := failing.Load(addr); return ok }}
-	})
+	var failing sync.Map // addresses whose adds fail
+	cl := newClient(t, c, failWhileListed(&failing))
 	waitWritable(t, cl, 5)
-	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := createLedger(t, cl, 3, 3, 2)
 	ens := lh.Metadata().Ensembles[0].Bookies
 	var spares []string
 	for _, b := range c.BookieAddrs() {
@@ -577,13 +524,20 @@ func TestReplacedBookiesArePickedLast(t *testing.T) {
 	if _, err := lh.Append(ctx, payload(lh.ID(), 0)); err != nil {
 		t.Fatal(err)
 	}
+	// The add may complete on ens[0] and ens[2] before the first replacement fails it: the
+	// second change can come after Append returned.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if last, _ := lh.Metadata().LastEnsemble(); slices.Contains(last.Bookies, spares[1]) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ensemble %v, want the healthy spare %s in it", lh.Metadata().Ensembles, spares[1])
+		}
+	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if len(rec.calls) < 2 || !rec.calls[1][ens[1]] {
 		t.Fatalf("replacements excluded %v, want the second to exclude %s", rec.calls, ens[1])
-	}
-	if last, _ := lh.Metadata().LastEnsemble(); !slices.Contains(last.Bookies, spares[1]) {
-		t.Fatalf("ensemble %v, want the healthy spare %s in it", last.Bookies, spares[1])
 	}
 }
 
@@ -593,15 +547,10 @@ func TestReplacedBookiesArePickedLast(t *testing.T) {
 func TestReplacedBookieIsPickedWhenNoOtherIsLeft(t *testing.T) {
 	c := clustertest.Start(t, 4)
 	ctx := context.Background()
-	var failing sync.Map
-	cl := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
-		return &switchableConn{bookieConn: conn, fail: func() bool { _, ok := failing.Load(addr); return ok }}
-	})
+	var failing sync.Map // addresses whose adds fail
+	cl := newClient(t, c, failWhileListed(&failing))
 	waitWritable(t, cl, 4)
-	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := createLedger(t, cl, 3, 3, 2)
 	ens := lh.Metadata().Ensembles[0].Bookies
 	failing.Store(ens[1], true)
 	if _, err := lh.Append(ctx, payload(lh.ID(), 0)); err != nil {
@@ -616,6 +565,14 @@ func TestReplacedBookieIsPickedWhenNoOtherIsLeft(t *testing.T) {
 	}
 	if last, _ := lh.Metadata().LastEnsemble(); !slices.Contains(last.Bookies, ens[1]) || slices.Contains(last.Bookies, ens[2]) {
 		t.Fatalf("ensemble %v, want %s back in place of %s", last.Bookies, ens[1], ens[2])
+	}
+}
+
+// failWhileListed wraps each bookie connection so that its adds fail while failing holds its
+// address.
+func failWhileListed(failing *sync.Map) func(addr string, conn bookieConn) bookieConn {
+	return func(addr string, conn bookieConn) bookieConn {
+		return &switchableConn{bookieConn: conn, fail: func() bool { _, ok := failing.Load(addr); return ok }}
 	}
 }
 

@@ -222,17 +222,15 @@ func (lh *Ledger) recoveryAdd(ctx context.Context, w *recoveryWriter, e *Entry, 
 		if len(failed) == 0 {
 			return nil
 		}
-		copies := 0
-		for _, b := range replicas {
-			if have[b] {
-				copies++
-			}
-		}
 		err = ErrTooManyEnsembleChanges
 		if changes < lh.c.cfg.MaxEnsembleChanges {
-			err = lh.replaceForRecovery(w.written, e.EntryID, failed, w.bad)
+			err = lh.c.replaceBookies(w.written, e.EntryID, failed, w.bad, false) // in written only (see recover)
 		}
-		if err != nil && copies < qa {
+		if err == nil {
+			lh.c.log.Info("recovery replaced bookies", "ledger", lh.id, "from_entry", e.EntryID, "failed", failed)
+			continue
+		}
+		if copies(replicas, have) < qa {
 			// No bookie replaces the failed ones and the entry lacks its ack quorum: try the
 			// quarantined ones of its write set again, waiting for their answers (one that
 			// was only slow once may be needed now).
@@ -240,27 +238,29 @@ func (lh *Ledger) recoveryAdd(ctx context.Context, w *recoveryWriter, e *Entry, 
 			if _, firstErr, retryErr = lh.sendRecoveryAdd(ctx, replicas, have, nil, len(replicas)+1, e.EntryID, parts); retryErr != nil {
 				return retryErr
 			}
-			copies = 0
-			for _, b := range replicas {
-				if have[b] {
-					copies++
-				}
-			}
 		}
-		if err != nil {
-			if copies >= qa {
-				lh.c.log.Warn("recovery add on an ack quorum only; no bookie replaces the failed ones", "ledger", lh.id,
-					"entry", e.EntryID, "copies", copies, "failed", failed, "err", cmpErr(firstErr, err))
-				if !replacementTookIt(before, w.written, e.EntryID, have) {
-					w.written = before // a replacement that holds nothing is no better than the bookie it replaced
-				}
-				return nil
-			}
+		if n := copies(replicas, have); n < qa {
 			return fmt.Errorf("%w: %d of %d bookies took the recovery add (%d needed; %v), and none replaces the others: %w",
-				ErrNotEnoughBookies, copies, len(replicas), qa, firstErr, err)
+				ErrNotEnoughBookies, n, len(replicas), qa, firstErr, err)
 		}
-		lh.c.log.Info("recovery replaced bookies", "ledger", lh.id, "from_entry", e.EntryID, "failed", failed)
+		lh.c.log.Warn("recovery add on an ack quorum only; no bookie replaces the failed ones", "ledger", lh.id,
+			"entry", e.EntryID, "failed", failed, "err", cmpErr(firstErr, err))
+		if !replacementTookIt(before, w.written, e.EntryID, have) {
+			w.written = before // a replacement that holds nothing is no better than the bookie it replaced
+		}
+		return nil
 	}
+}
+
+// copies counts the replicas in have.
+func copies(replicas []string, have map[string]bool) int {
+	n := 0
+	for _, b := range replicas {
+		if have[b] {
+			n++
+		}
+	}
+	return n
 }
 
 // sendRecoveryAdd sends a recovery add to the replicas neither in have nor in bad, and adds
@@ -277,11 +277,11 @@ func (lh *Ledger) sendRecoveryAdd(ctx context.Context, replicas []string, have, 
 	ch := make(chan ack, len(replicas)) // buffered: answers after a straggler wait are dropped
 	waiting := map[string]bool{}
 	failed = map[string]bool{}
-	copies := 0
+	took := 0 // replicas that have the entry
 	for _, b := range replicas {
 		switch {
 		case have[b]:
-			copies++
+			took++
 			continue
 		case bad[b]:
 			failed[b] = true
@@ -294,7 +294,7 @@ func (lh *Ledger) sendRecoveryAdd(ctx context.Context, replicas []string, have, 
 	}
 	var straggle <-chan time.Time
 	for len(waiting) > 0 {
-		if straggle == nil && copies >= qa {
+		if straggle == nil && took >= qa {
 			t := time.NewTimer(recoveryStragglerWait)
 			defer t.Stop()
 			straggle = t.C
@@ -305,7 +305,7 @@ func (lh *Ledger) sendRecoveryAdd(ctx context.Context, replicas []string, have, 
 			switch {
 			case a.err == nil && a.rc == protocol.EOK:
 				have[a.bookie] = true
-				copies++
+				took++
 			case a.err == nil && a.rc == protocol.EUA:
 				return nil, nil, ErrUnauthorized
 			default:
@@ -323,27 +323,4 @@ func (lh *Ledger) sendRecoveryAdd(ctx context.Context, replicas []string, have, 
 		}
 	}
 	return failed, firstErr, nil
-}
-
-// replaceForRecovery replaces the failed bookies of written's last ensemble from entry first
-// on, in written only (see recover), with bookies not in excluded.
-func (lh *Ledger) replaceForRecovery(written *metadata.LedgerMetadata, first int64, failed, excluded map[string]bool) error {
-	last, _ := written.LastEnsemble()
-	ens := slices.Clone(last.Bookies)
-	for i, b := range ens {
-		if !failed[b] {
-			continue
-		}
-		repl, err := lh.c.cfg.Placement.Replace(ens, i, written.WriteQuorumSize, lh.c.writableBookies(), excluded)
-		if err != nil {
-			return err
-		}
-		ens[i] = repl
-	}
-	if last.FirstEntryID == first {
-		written.Ensembles[len(written.Ensembles)-1].Bookies = ens
-	} else {
-		written.Ensembles = append(written.Ensembles, metadata.Ensemble{FirstEntryID: first, Bookies: ens})
-	}
-	return nil
 }

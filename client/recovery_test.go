@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringkeeper/ringkeeper/cluster"
 	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
 	"github.com/ringkeeper/ringkeeper/metadata"
 	"github.com/ringkeeper/ringkeeper/net/protocol"
@@ -30,10 +31,7 @@ func TestLostFenceMessage(t *testing.T) {
 		w1conns.Store(addr, f)
 		return f
 	})
-	lh, err := w1.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := createLedger(t, w1, 3, 3, 2)
 	ens := lh.Metadata().Ensembles[0].Bookies
 	b1, b2, b3 := ens[0], ens[1], ens[2]
 	conn := func(m *sync.Map, addr string) *faultConn {
@@ -109,10 +107,7 @@ func TestRecoveryFromLACMinusOneInANewFragment(t *testing.T) {
 	c := clustertest.Start(t, 4)
 	ctx := context.Background()
 	cl := newClient(t, c, nil)
-	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 2, WriteQuorum: 2, AckQuorum: 2, Password: password})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := createLedger(t, cl, 2, 2, 2)
 	appendN(t, lh, 10)
 	first := lh.Metadata().Ensembles[0].Bookies
 	var others []string
@@ -148,10 +143,7 @@ func TestRecoveryWithABookieDownAndConcurrentRecoverers(t *testing.T) {
 	c := clustertest.Start(t, 3)
 	ctx := context.Background()
 	w := newClient(t, c, nil)
-	lh, err := w.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := createLedger(t, w, 3, 3, 2)
 	appendN(t, lh, 100)
 	down := lh.Metadata().Ensembles[0].Bookies[2]
 	idx := -1
@@ -201,10 +193,7 @@ func TestCorruptReplica(t *testing.T) {
 	c := clustertest.Start(t, 3)
 	ctx := context.Background()
 	w := newClient(t, c, nil)
-	lh, err := w.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := createLedger(t, w, 3, 3, 2)
 	appendN(t, lh, 30)
 	bad := lh.Metadata().Ensembles[0].Bookies[0]
 	r := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
@@ -228,10 +217,7 @@ func TestRecoveryReplacesADownBookie(t *testing.T) {
 	c := clustertest.Start(t, 4)
 	ctx := context.Background()
 	w := newClient(t, c, nil)
-	lh, err := w.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 2, AckQuorum: 2, Password: password})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := createLedger(t, w, 3, 2, 2)
 	appendN(t, lh, 100)
 	ens := lh.Metadata().Ensembles[0].Bookies
 	// Entry 99 carries LAC 98, so recovery re-adds entry 99, whose write set is ens[0], ens[1].
@@ -255,20 +241,50 @@ func TestRecoveryReplacesADownBookie(t *testing.T) {
 	checkEntries(t, rh, 99)
 }
 
-// recoveryAddFaults makes a bookie fail every recovery add after delay, and counts them.
-type recoveryAddFaults struct {
+// recoveryAdds intercepts a bookie's recovery adds and counts them: the n-th (from 1) is held
+// for delay(n), then failed with a timeout if fail(n), else sent (nil funcs: no delay, no fail).
+type recoveryAdds struct {
 	bookieConn
-	delay time.Duration
+	delay func(n int32) time.Duration
+	fail  func(n int32) bool
 	adds  atomic.Int32
 }
 
-func (f *recoveryAddFaults) Add(ledgerID, entryID int64, key *[20]byte, flags protocol.Flags, entry [][]byte, cb transport.AddCallback, ctx any) {
-	if flags.Has(protocol.FlagRecoveryAdd) {
-		f.adds.Add(1)
-		go func() { time.Sleep(f.delay); cb(ctx, 0, transport.ErrTimeout) }()
+func (f *recoveryAdds) Add(ledgerID, entryID int64, key *[20]byte, flags protocol.Flags, entry [][]byte, cb transport.AddCallback, ctx any) {
+	if !flags.Has(protocol.FlagRecoveryAdd) {
+		f.bookieConn.Add(ledgerID, entryID, key, flags, entry, cb, ctx)
 		return
 	}
-	f.bookieConn.Add(ledgerID, entryID, key, flags, entry, cb, ctx)
+	n := f.adds.Add(1)
+	var delay time.Duration
+	if f.delay != nil {
+		delay = f.delay(n)
+	}
+	failIt := f.fail != nil && f.fail(n)
+	if delay == 0 && !failIt {
+		f.bookieConn.Add(ledgerID, entryID, key, flags, entry, cb, ctx)
+		return
+	}
+	go func() {
+		time.Sleep(delay)
+		if failIt {
+			cb(ctx, 0, transport.ErrTimeout)
+			return
+		}
+		f.bookieConn.Add(ledgerID, entryID, key, flags, entry, cb, ctx)
+	}()
+}
+
+func always(int32) bool { return true }
+
+// ledgerWithUnconfirmedTail creates a (3,3,2) ledger on c with entries 0-19 appended one at a
+// time and 20-25 all at once: recovery re-adds (at least) the last ones.
+func ledgerWithUnconfirmedTail(t *testing.T, c *cluster.Cluster) *Ledger {
+	t.Helper()
+	lh := createLedger(t, newClient(t, c, nil), 3, 3, 2)
+	appendN(t, lh, 20)
+	appendUnconfirmed(t, lh, 20, 6)
+	return lh
 }
 
 // appendUnconfirmed appends entries first to first+n-1 in flight at once, so that the LAC
@@ -296,17 +312,14 @@ func TestRecoveryQuarantinesFailingBookies(t *testing.T) {
 	c := clustertest.Start(t, 4)
 	ctx := context.Background()
 	w := newClient(t, c, nil)
-	lh, err := w.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := createLedger(t, w, 3, 3, 2)
 	appendUnconfirmed(t, lh, 0, 60)
 	ens := lh.Metadata().Ensembles[0].Bookies
 	spare := spareOf(t, c, ens)
-	faults := map[string]*recoveryAddFaults{}
+	faults := map[string]*recoveryAdds{}
 	r := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
 		if addr == ens[1] || addr == spare {
-			faults[addr] = &recoveryAddFaults{bookieConn: conn}
+			faults[addr] = &recoveryAdds{bookieConn: conn, fail: always}
 			return faults[addr]
 		}
 		return conn
@@ -332,24 +345,17 @@ func TestRecoveryQuarantinesFailingBookies(t *testing.T) {
 // its timeout for every entry.
 func TestRecoveryWithAHungBookie(t *testing.T) {
 	c := clustertest.Start(t, 3)
-	ctx := context.Background()
-	w := newClient(t, c, nil)
-	lh, err := w.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
-	if err != nil {
-		t.Fatal(err)
-	}
-	appendN(t, lh, 20)
-	appendUnconfirmed(t, lh, 20, 6)
+	lh := ledgerWithUnconfirmedTail(t, c)
 	hung := lh.Metadata().Ensembles[0].Bookies[1]
-	var f *recoveryAddFaults
+	var f *recoveryAdds
 	r := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
 		if addr == hung {
-			f = &recoveryAddFaults{bookieConn: conn, delay: time.Minute} // answers long after the test
+			f = &recoveryAdds{bookieConn: conn, fail: always, delay: func(int32) time.Duration { return time.Minute }} // long after the test
 			return f
 		}
 		return conn
 	})
-	rh, err := r.OpenLedger(ctx, lh.ID(), password, true)
+	rh, err := r.OpenLedger(context.Background(), lh.ID(), password, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,61 +368,28 @@ func TestRecoveryWithAHungBookie(t *testing.T) {
 	checkEntries(t, rh, 25)
 }
 
-// slowFirstRecoveryAdd delays a bookie's first recovery add past recoveryStragglerWait.
-type slowFirstRecoveryAdd struct {
-	bookieConn
-	n atomic.Int32
-}
-
-func (f *slowFirstRecoveryAdd) Add(ledgerID, entryID int64, key *[20]byte, flags protocol.Flags, entry [][]byte, cb transport.AddCallback, ctx any) {
-	if flags.Has(protocol.FlagRecoveryAdd) && f.n.Add(1) == 1 {
-		go func() {
-			time.Sleep(recoveryStragglerWait + 500*time.Millisecond)
-			f.bookieConn.Add(ledgerID, entryID, key, flags, entry, cb, ctx)
-		}()
-		return
-	}
-	f.bookieConn.Add(ledgerID, entryID, key, flags, entry, cb, ctx)
-}
-
-// failRecoveryAddsAfterFirst fails a bookie's recovery adds after the first.
-type failRecoveryAddsAfterFirst struct {
-	bookieConn
-	n atomic.Int32
-}
-
-func (f *failRecoveryAddsAfterFirst) Add(ledgerID, entryID int64, key *[20]byte, flags protocol.Flags, entry [][]byte, cb transport.AddCallback, ctx any) {
-	if flags.Has(protocol.FlagRecoveryAdd) && f.n.Add(1) > 1 {
-		go cb(ctx, 0, transport.ErrTimeout)
-		return
-	}
-	f.bookieConn.Add(ledgerID, entryID, key, flags, entry, cb, ctx)
-}
-
 // TestRecoveryRetriesAQuarantinedBookieWhenNeeded: a bookie slow once is quarantined (skipped
 // while the others make an ack quorum); when another then fails and no bookie can replace
 // them, the slow one is asked again, and recovery completes.
 func TestRecoveryRetriesAQuarantinedBookieWhenNeeded(t *testing.T) {
 	c := clustertest.Start(t, 3)
-	ctx := context.Background()
-	w := newClient(t, c, nil)
-	lh, err := w.CreateLedger(ctx, CreateOptions{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, Password: password})
-	if err != nil {
-		t.Fatal(err)
-	}
-	appendN(t, lh, 20)
-	appendUnconfirmed(t, lh, 20, 6)
+	lh := ledgerWithUnconfirmedTail(t, c)
 	ens := lh.Metadata().Ensembles[0].Bookies
 	r := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
 		switch addr {
-		case ens[0]:
-			return &slowFirstRecoveryAdd{bookieConn: conn}
-		case ens[2]:
-			return &failRecoveryAddsAfterFirst{bookieConn: conn}
+		case ens[0]: // slow once: its first recovery add answers after the straggler wait
+			return &recoveryAdds{bookieConn: conn, delay: func(n int32) time.Duration {
+				if n == 1 {
+					return recoveryStragglerWait + 500*time.Millisecond
+				}
+				return 0
+			}}
+		case ens[2]: // fails every recovery add after its first
+			return &recoveryAdds{bookieConn: conn, fail: func(n int32) bool { return n > 1 }}
 		}
 		return conn
 	})
-	rh, err := r.OpenLedger(ctx, lh.ID(), password, true)
+	rh, err := r.OpenLedger(context.Background(), lh.ID(), password, true)
 	if err != nil {
 		t.Fatal(err)
 	}
