@@ -51,6 +51,9 @@ const (
 	// DefaultReconnectMin and DefaultReconnectMax bound the reconnect backoff.
 	DefaultReconnectMin = 100 * time.Millisecond
 	DefaultReconnectMax = 5 * time.Second
+	// stableConnectionAge is how long a connection must have been up for its loss to reset
+	// the reconnect backoff. A shorter-lived one counts as a failed attempt (after the first).
+	stableConnectionAge = time.Second
 	// DefaultMaxPendingPerConn bounds the requests in flight on one connection.
 	DefaultMaxPendingPerConn = 100000
 	// DefaultMaxQueuedBytesPerConn bounds the encoded requests waiting for the writer.

@@ -56,13 +56,16 @@ type Conn struct {
 	writerCond sync.Cond // signalled when wbuf becomes non-empty or gen changes
 	state      int
 	// gen identifies the current connection attempt; goroutines of an older one exit.
-	gen        uint64
-	nc         net.Conn // set once dialed (so Close can interrupt the handshake)
-	pending    pendingSet
-	wbuf       []byte // encoded requests not yet taken by the writer
-	spare      []byte // the writer's other buffer, when it is not writing it
-	space      chan struct{}
-	failures   int   // consecutive failed connection attempts
+	gen     uint64
+	nc      net.Conn // set once dialed (so Close can interrupt the handshake)
+	pending pendingSet
+	wbuf    []byte // encoded requests not yet taken by the writer
+	spare   []byte // the writer's other buffer, when it is not writing it
+	space   chan struct{}
+	// failures counts consecutive failed connection attempts, and connections that died
+	// young (see stableConnectionAge); readyAt is when the current connection became ready.
+	failures   int
+	readyAt    int64 // monotime
 	retryAt    int64 // end of the backoff (monotime)
 	backoffErr error // what requests fail with during the backoff
 }
@@ -371,7 +374,8 @@ func (c *Conn) close() {
 // fail ends connection attempt gen: every pending request fails with an error wrapping kind
 // (ErrConnection or ErrAuth) and cause, on the calling goroutine (a connection goroutine).
 // A connection that never became ready puts the Conn in backoff; losing an established one
-// leaves it idle, to reconnect on the next request.
+// leaves it idle, to reconnect on the next request, unless it died young (see
+// stableConnectionAge) more than once in a row: that too backs off.
 func (c *Conn) fail(gen uint64, established bool, kind, cause error) {
 	var failed reqList
 	c.mu.Lock()
@@ -385,18 +389,31 @@ func (c *Conn) fail(gen uint64, established bool, kind, cause error) {
 	c.nc = nil
 	c.wbuf = c.wbuf[:0]
 	c.gen++
-	var delay time.Duration
-	if established {
-		c.state, c.failures = stateIdle, 0
-	} else {
+	now := monotime.Now()
+	backoff := !established
+	switch {
+	case !established:
 		c.failures++
+	case now-c.readyAt >= int64(stableConnectionAge):
+		c.failures = 0
+	default:
+		// Died young: a bookie that accepts and then drops connections (crash-looping,
+		// shedding load) must not be redialled in a tight loop. The first such loss still
+		// redials at once, like any loss.
+		c.failures++
+		backoff = c.failures > 1
+	}
+	var delay time.Duration
+	if backoff {
 		delay = c.p.cfg.ReconnectMin << min(c.failures-1, 30)
 		if delay <= 0 || delay > c.p.cfg.ReconnectMax {
 			delay = c.p.cfg.ReconnectMax
 		}
 		c.state = stateBackoff
-		c.retryAt = monotime.Now() + int64(delay)
+		c.retryAt = now + int64(delay)
 		c.backoffErr = fmt.Errorf("%w: %s: in reconnect backoff (%v) after: %w", ErrConnection, c.addr, delay, err)
+	} else {
+		c.state = stateIdle
 	}
 	c.writerCond.Broadcast()
 	c.signalSpaceLocked()
@@ -407,7 +424,7 @@ func (c *Conn) fail(gen uint64, established bool, kind, cause error) {
 	}
 	if established {
 		c.stats.losses.Add(1)
-		c.p.log.Warn("transport: connection lost", "addr", c.addr, "err", cause)
+		c.p.log.Warn("transport: connection lost", "addr", c.addr, "backoff", delay, "err", cause)
 	} else {
 		c.stats.connectFailures.Add(1)
 		c.p.log.Warn("transport: connect failed", "addr", c.addr, "backoff", delay, "err", err)

@@ -71,8 +71,10 @@
 // requests fail at once with ErrConnection, so the client can pick another bookie; the first
 // request after it reconnects. When an established connection fails (write or read error,
 // the bookie closed it, an undecodable or oversize response frame), every pending request
-// fails with ErrConnection and the next request reconnects at once; only failed attempts
-// back off.
+// fails with ErrConnection and the next request reconnects at once. A connection that dies
+// within stableConnectionAge (1 s) of being made counts as a failed attempt, except the first
+// one after a connection that lived longer: a bookie that accepts connections and drops them
+// at once (crash-looping, shedding load) is retried with the backoff, not in a tight loop.
 //
 // # Backpressure and limits
 //

@@ -34,7 +34,7 @@ func (c *Conn) run(gen uint64) {
 		_ = nc.Close()
 		return
 	}
-	c.state, c.failures = stateReady, 0
+	c.state, c.readyAt = stateReady, monotime.Now()
 	c.lastRecv.Store(monotime.Now())
 	c.p.wg.Add(1)
 	go c.readLoop(gen, nc, fr)

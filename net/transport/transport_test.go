@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -428,6 +430,43 @@ func TestReconnectAfterLoss(t *testing.T) {
 	}
 	if st := conn.Stats(); st.Connects != 2 || st.Losses != 1 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestConnectionsDyingYoungBackOff: a bookie that accepts connections and drops them at once
+// (crash-looping, shedding load) is redialled with the backoff, not once per request.
+func TestConnectionsDyingYoungBackOff(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted atomic.Int64
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			_ = nc.Close()
+		}
+	}()
+	t.Cleanup(func() { _ = ln.Close() })
+	p := newPool(t, Config{ReconnectMin: 50 * time.Millisecond, ReconnectMax: 100 * time.Millisecond})
+	conn := p.Conn(ln.Addr().String())
+	col := newCollector(1)
+	const period = 500 * time.Millisecond
+	requests := 0
+	for start := time.Now(); time.Since(start) < period; requests++ {
+		conn.Read(1, 0, 0, nil, col.onRead, nil)
+		if r := col.one(t); !errors.Is(r.err, ErrConnection) {
+			t.Fatalf("read from a bookie that drops connections: rc %v err %v", r.rc, r.err)
+		}
+	}
+	// Two connections at once (the first loss redials at once), then one per backoff
+	// (50 ms, then 100 ms): about 7 in 500 ms, against one per request without the backoff.
+	if n := accepted.Load(); n > 12 || requests < 20 {
+		t.Fatalf("%d connections for %d requests in %v", n, requests, period)
 	}
 }
 
