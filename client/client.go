@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/metadata"
@@ -31,11 +32,22 @@ type Config struct {
 	MaxEnsembleChanges int
 	// ReadWindow is how many entries a range read or a reader keeps in flight.
 	ReadWindow int
-	Logger     *slog.Logger
+	// MaxPendingAdds bounds the adds in flight in this client, all ledgers together
+	// (BookKeeper's throttle, which blocks instead): an append over it is refused at once with
+	// ErrTooManyPendingAdds, takes no entry id and leaves the handle usable. An add counts
+	// until Qa bookies acknowledged it or it failed. It must not exceed the transport's
+	// MaxPendingPerConn, so that a connection reaches that limit only when its bookie lags far
+	// behind the others of a write quorum. Default DefaultMaxPendingAdds.
+	MaxPendingAdds int
+	Logger         *slog.Logger
 
 	// dial, if set (tests), replaces the transport: it returns the connection to a bookie.
 	dial func(addr string) bookieConn
 }
+
+// DefaultMaxPendingAdds is MaxPendingAdds' default: half the transport's MaxPendingPerConn,
+// leaving the other half to reads and to adds a lagging bookie has not answered yet.
+const DefaultMaxPendingAdds = transport.DefaultMaxPendingPerConn / 2
 
 // DefaultConfig returns a config for the metadata service at uri.
 func DefaultConfig(uri string) Config {
@@ -44,6 +56,7 @@ func DefaultConfig(uri string) Config {
 		SpeculativeReadTimeout: 2 * time.Second,
 		MaxEnsembleChanges:     1 << 20,
 		ReadWindow:             64,
+		MaxPendingAdds:         DefaultMaxPendingAdds,
 	}
 }
 
@@ -65,6 +78,9 @@ type Client struct {
 	mu      sync.RWMutex
 	bookies []metadata.BookieInfo // writable bookies, refreshed by the watcher
 
+	// pendingAdds counts the adds in flight, against MaxPendingAdds.
+	pendingAdds atomic.Int64
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -83,6 +99,16 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	if cfg.MaxEnsembleChanges <= 0 {
 		cfg.MaxEnsembleChanges = 1 << 20
+	}
+	if cfg.MaxPendingAdds <= 0 {
+		cfg.MaxPendingAdds = DefaultMaxPendingAdds
+	}
+	perConn := cfg.Transport.MaxPendingPerConn
+	if perConn <= 0 {
+		perConn = transport.DefaultMaxPendingPerConn
+	}
+	if cfg.MaxPendingAdds > perConn {
+		return nil, fmt.Errorf("%w: MaxPendingAdds %d is above the transport's MaxPendingPerConn %d", ErrBadArgument, cfg.MaxPendingAdds, perConn)
 	}
 	if cfg.Metadata.Logger == nil {
 		cfg.Metadata.Logger = cfg.Logger
@@ -133,6 +159,15 @@ func (c *Client) setBookies(all []metadata.BookieInfo) {
 	c.mu.Lock()
 	c.bookies = writable
 	c.mu.Unlock()
+}
+
+// takeAddPermit counts one more add in flight, unless MaxPendingAdds are already.
+func (c *Client) takeAddPermit() bool {
+	if c.pendingAdds.Add(1) > int64(c.cfg.MaxPendingAdds) {
+		c.pendingAdds.Add(-1)
+		return false
+	}
+	return true
 }
 
 func (c *Client) writableBookies() []metadata.BookieInfo {

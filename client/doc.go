@@ -22,6 +22,11 @@
 // with no bookie to replace a failed one the handle fails (ErrNotEnoughBookies) and Close
 // still closes it at its LAC.
 //
+// A client has at most Config.MaxPendingAdds adds in flight, all ledgers together; an append
+// over that is refused at once with ErrTooManyPendingAdds (not written, no entry id taken, the
+// handle stays usable), so a caller's overload never reaches a connection's own limit, which
+// the transport answers with ErrTooManyPending and the client takes for a lagging bookie.
+//
 // # Stored entries
 //
 // What a bookie stores for an entry (BookKeeper's format; all integers big-endian):

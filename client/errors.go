@@ -19,4 +19,5 @@ var (
 	ErrRecovery               = errors.New("client: ledger recovery failed")
 	ErrTooManyEnsembleChanges = errors.New("client: too many ensemble changes")
 	ErrBookieUnavailable      = errors.New("client: bookie unavailable")
+	ErrTooManyPendingAdds     = errors.New("client: too many adds in flight (Config.MaxPendingAdds); the append was not written")
 )

@@ -176,7 +176,9 @@ func (lh *Ledger) Append(ctx context.Context, data []byte) (int64, error) {
 
 // AppendAsync adds data as the next entry; done is called once with its id when Qa bookies
 // have it, or with an error (id -1; an append refused at once is called back after the adds
-// before it). Calls come strictly in entry order. done must not block: it runs on a
+// before it). A refused append (ErrEntryTooLarge, ErrTooManyPendingAdds) takes no entry id
+// and the adds after it may succeed: a caller that needs its appends in order stops at the
+// first error. Calls come strictly in entry order. done must not block: it runs on a
 // connection's goroutine, or on this one. data must not change until done is called. done may call
 // AppendAsync to keep a pipeline full; AppendAsync waits only when a bookie's send queue is
 // full (transport's MaxQueuedBytesPerConn, 16 MiB by default), which would stall that
@@ -192,6 +194,9 @@ func (lh *Ledger) AppendAsync(data []byte, done func(entryID int64, err error)) 
 	lh.mu.Lock()
 	if refused == nil {
 		refused = lh.writableErrLocked()
+	}
+	if refused == nil && !lh.c.takeAddPermit() {
+		refused = fmt.Errorf("%w: %d in flight", ErrTooManyPendingAdds, lh.c.cfg.MaxPendingAdds)
 	}
 	op := lh.ops.Get().(*addOp)
 	if refused != nil {
@@ -341,7 +346,9 @@ func addResponse(ctx any, rc protocol.ReturnCode, err error) {
 		lh.failLocked(fmt.Errorf("%w: %w", ErrClosed, err)) // this client was closed: no bookie failed
 	default:
 		// The bookie failed, timed out or refused (read-only, overloaded): replace it, if it is
-		// still in the ensemble.
+		// still in the ensemble. transport.ErrTooManyPending lands here too: with the client's
+		// own bound on adds below the connection's, it means the bookie lags far behind the
+		// others of the write quorum.
 		// Not once Close has begun with nothing pending: the failed add is acknowledged
 		// already, and a change would race Close's own update of the metadata.
 		if lh.err == nil && slices.Contains(lh.currentBookiesLocked(), addr) && (!lh.closing || len(lh.pending) > 0) {
@@ -375,7 +382,7 @@ func (lh *Ledger) popLocked(dst []*addOp) []*addOp {
 	if lh.changing {
 		return dst
 	}
-	n := 0
+	n, permits := 0, int64(0)
 	for n < len(lh.pending) && lh.pending[n].completed {
 		op := lh.pending[n]
 		if op.sendState.Load() != sendIssued &&
@@ -383,6 +390,9 @@ func (lh *Ledger) popLocked(dst []*addOp) []*addOp {
 			break // AppendAsync is still sending it, and delivers once it is done
 		}
 		op.popped = true
+		if op.entryID >= 0 { // not refused: it took a permit
+			permits++
+		}
 		if op.err == nil {
 			lh.lac = op.entryID
 			lh.confirmedLength = op.length
@@ -391,6 +401,7 @@ func (lh *Ledger) popLocked(dst []*addOp) []*addOp {
 		n++
 	}
 	if n > 0 {
+		lh.c.pendingAdds.Add(-permits)
 		clear(lh.pending[:n])
 		lh.pending = lh.pending[n:]
 		lh.idle.Broadcast()

@@ -589,3 +589,81 @@ func (s *switchableConn) Add(ledgerID, entryID int64, key *[20]byte, flags proto
 	}
 	s.bookieConn.Add(ledgerID, entryID, key, flags, entry, cb, ctx)
 }
+
+// TestTooManyPendingAddsAreRefused: over MaxPendingAdds (all ledgers of a client together) an
+// append is refused with ErrTooManyPendingAdds, called back after the adds before it, without
+// taking an entry id, failing the handle or replacing a bookie; completed adds free the bound.
+func TestTooManyPendingAddsAreRefused(t *testing.T) {
+	c := clustertest.Start(t, 1)
+	ctx := context.Background()
+	var conns sync.Map
+	cl := newClient(t, c, wrapConns(&conns))
+	cl.cfg.MaxPendingAdds = 3
+	a, b := createLedger(t, cl, 1, 1, 1), createLedger(t, cl, 1, 1, 1)
+	bookie := faultConnOf(t, cl, &conns, a.Metadata().Ensembles[0].Bookies[0])
+	holdAdds(bookie)
+	results := make(chan string, 8)
+	appendTo := func(lh *Ledger, name string) {
+		lh.AppendAsync([]byte(name), func(id int64, err error) {
+			switch {
+			case err == nil:
+				results <- fmt.Sprintf("%s %d", name, id)
+			case errors.Is(err, ErrTooManyPendingAdds):
+				results <- name + " refused"
+			default:
+				results <- fmt.Sprintf("%s %d: %v", name, id, err)
+			}
+		})
+	}
+	appendTo(a, "a")
+	appendTo(a, "a")
+	appendTo(b, "b")
+	appendTo(a, "a") // over the bound: refused
+	appendTo(b, "b") // the bound is the client's, not the ledger's
+	select {
+	case r := <-results:
+		t.Fatalf("%q called back before the adds before it", r)
+	case <-time.After(100 * time.Millisecond):
+	}
+	bookie.releaseAdds()
+	var got []string
+	for range 5 {
+		got = append(got, <-results)
+	}
+	var gotA, gotB []string
+	for _, r := range got {
+		if r[0] == 'a' {
+			gotA = append(gotA, r)
+		} else {
+			gotB = append(gotB, r)
+		}
+	}
+	if want := []string{"a 0", "a 1", "a refused"}; !slices.Equal(gotA, want) {
+		t.Fatalf("ledger a's callbacks %q, want %q", gotA, want)
+	}
+	if want := []string{"b 0", "b refused"}; !slices.Equal(gotB, want) {
+		t.Fatalf("ledger b's callbacks %q, want %q", gotB, want)
+	}
+	if n := cl.pendingAdds.Load(); n != 0 {
+		t.Fatalf("%d adds counted in flight after all completed", n)
+	}
+	// The refusal took no entry id and failed nothing.
+	if id, err := a.Append(ctx, []byte("a")); err != nil || id != 2 {
+		t.Fatalf("append after a refusal: id %d, %v; want 2", id, err)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if md := a.Metadata(); len(md.Ensembles) != 1 || md.LastEntryID != 2 {
+		t.Fatalf("after close: %d ensembles, last entry %d; want 1 and 2", len(md.Ensembles), md.LastEntryID)
+	}
+}
+
+func TestMaxPendingAddsAboveTheTransportBound(t *testing.T) {
+	cfg := DefaultConfig("etcd://127.0.0.1:1/ledgers")
+	cfg.Transport.MaxPendingPerConn = 1000
+	cfg.MaxPendingAdds = 1001
+	if _, err := New(context.Background(), cfg); !errors.Is(err, ErrBadArgument) {
+		t.Fatalf("New with MaxPendingAdds above MaxPendingPerConn: %v, want ErrBadArgument", err)
+	}
+}
