@@ -30,6 +30,10 @@ type Config struct {
 	SpeculativeReadTimeout time.Duration
 	// MaxEnsembleChanges bounds ensemble changes per ledger handle (maxAllowedEnsembleChanges).
 	MaxEnsembleChanges int
+	// BookieQuarantineTime is bookieQuarantineTimeSeconds: for this long after a write handle
+	// replaced a bookie, it picks that bookie as a replacement only when no other is left.
+	// Default DefaultBookieQuarantineTime.
+	BookieQuarantineTime time.Duration
 	// ReadWindow is how many entries a range read or a reader keeps in flight.
 	ReadWindow int
 	// MaxPendingAdds bounds the adds in flight in this client, all ledgers together
@@ -45,6 +49,9 @@ type Config struct {
 	dial func(addr string) bookieConn
 }
 
+// DefaultBookieQuarantineTime is BookKeeper's bookieQuarantineTimeSeconds default (1800).
+const DefaultBookieQuarantineTime = 30 * time.Minute
+
 // DefaultMaxPendingAdds is MaxPendingAdds' default: half the transport's MaxPendingPerConn,
 // leaving the other half to reads and to adds a lagging bookie has not answered yet.
 const DefaultMaxPendingAdds = transport.DefaultMaxPendingPerConn / 2
@@ -55,6 +62,7 @@ func DefaultConfig(uri string) Config {
 		MetadataURI:            uri,
 		SpeculativeReadTimeout: 2 * time.Second,
 		MaxEnsembleChanges:     1 << 20,
+		BookieQuarantineTime:   DefaultBookieQuarantineTime,
 		ReadWindow:             64,
 		MaxPendingAdds:         DefaultMaxPendingAdds,
 	}
@@ -99,6 +107,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	if cfg.MaxEnsembleChanges <= 0 {
 		cfg.MaxEnsembleChanges = 1 << 20
+	}
+	if cfg.BookieQuarantineTime <= 0 {
+		cfg.BookieQuarantineTime = DefaultBookieQuarantineTime
 	}
 	if cfg.MaxPendingAdds <= 0 {
 		cfg.MaxPendingAdds = DefaultMaxPendingAdds

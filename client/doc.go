@@ -14,7 +14,8 @@
 // Entry e goes to bookies (e+i) mod E of the current ensemble, i < Qw, and completes at Qa
 // acknowledgements; completions are delivered strictly in entry order and each entry carries
 // the LAC (the last entry whose add completed). A bookie that fails an add is replaced through
-// the PlacementPolicy (by a bookie this handle replaced before only if no other is left): the
+// the PlacementPolicy (by a bookie this handle replaced within BookieQuarantineTime only if no
+// other is left): the
 // metadata is CAS'd with a new ensemble starting at LAC+1 and the adds in flight are resent to
 // the replacement before any callback runs. An add's callback never runs before every send of it has copied
 // its data (the caller may reuse the buffer from the callback on). An ensemble change fails

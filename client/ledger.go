@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
 	"github.com/ringkeeper/ringkeeper/metadata"
 	"github.com/ringkeeper/ringkeeper/net/protocol"
 	"github.com/ringkeeper/ringkeeper/net/transport"
@@ -50,9 +50,10 @@ type Ledger struct {
 	changing  bool
 	unsent    []*addOp
 	toReplace map[string]bool
-	// replaced are the bookies this handle replaced: picked as replacements again only when no
-	// other bookie is left (two failing bookies would otherwise replace each other).
-	replaced map[string]bool
+	// replaced are the bookies this handle replaced, with when (monotime): for
+	// BookieQuarantineTime they are picked as replacements again only when no other bookie is
+	// left (two failing bookies would otherwise replace each other).
+	replaced map[string]int64
 	changes  int
 	// idle is signalled whenever pending shrinks, for Close.
 	idle *sync.Cond
@@ -120,7 +121,7 @@ func newLedger(c *Client, id int64, md *metadata.LedgerMetadata, version metadat
 	}
 	lh := &Ledger{
 		c: c, id: id, password: append([]byte(nil), password...), key: MasterKey(password), dg: dg,
-		readOnly: readOnly, md: md, version: version, lac: -1, toReplace: map[string]bool{}, replaced: map[string]bool{},
+		readOnly: readOnly, md: md, version: version, lac: -1, toReplace: map[string]bool{}, replaced: map[string]int64{},
 	}
 	if md.State == metadata.StateClosed {
 		lh.lac, lh.nextEntry, lh.confirmedLength, lh.length = md.LastEntryID, md.LastEntryID+1, md.Length, md.Length
@@ -469,6 +470,24 @@ func (lh *Ledger) failLocked(err error) {
 	lh.unsent = nil
 }
 
+// quarantineLocked records that the bookies in failed are being replaced and returns the
+// bookies still in quarantine: those replaced within BookieQuarantineTime (failed included).
+func (lh *Ledger) quarantineLocked(failed map[string]bool) map[string]bool {
+	now := monotime.Now()
+	for b := range failed {
+		lh.replaced[b] = now
+	}
+	quarantined := make(map[string]bool, len(lh.replaced))
+	for b, at := range lh.replaced {
+		if now-at < int64(lh.c.cfg.BookieQuarantineTime) {
+			quarantined[b] = true
+		} else {
+			delete(lh.replaced, b)
+		}
+	}
+	return quarantined
+}
+
 // changeEnsemble replaces the bookies in toReplace with a compare-and-set of the metadata: a
 // new ensemble from LAC+1 on (BookKeeper's ensemble change). Adds from LAC+1 on that a
 // replaced bookie had acknowledged are unacknowledged and sent to its replacement, so every
@@ -481,8 +500,7 @@ func (lh *Ledger) changeEnsemble() {
 			return
 		}
 		failed := lh.toReplace
-		maps.Copy(lh.replaced, failed)
-		excluded := maps.Clone(lh.replaced)
+		excluded := lh.quarantineLocked(failed)
 		lh.toReplace = map[string]bool{}
 		lh.changes++
 		if lh.changes > lh.c.cfg.MaxEnsembleChanges {

@@ -568,6 +568,51 @@ func TestReplacedBookieIsPickedWhenNoOtherIsLeft(t *testing.T) {
 	}
 }
 
+// TestReplacedBookieQuarantineEnds: once BookieQuarantineTime has passed, a bookie the handle
+// replaced is a replacement like any other again.
+func TestReplacedBookieQuarantineEnds(t *testing.T) {
+	c := clustertest.Start(t, 5)
+	ctx := context.Background()
+	var failing sync.Map // addresses whose adds fail
+	cl := newClient(t, c, failWhileListed(&failing))
+	cl.cfg.BookieQuarantineTime = 200 * time.Millisecond
+	waitWritable(t, cl, 5)
+	lh := createLedger(t, cl, 3, 3, 2)
+	ens := lh.Metadata().Ensembles[0].Bookies
+	rec := &recordingPlacement{PlacementPolicy: cl.cfg.Placement, first: spareOf(t, c, ens)}
+	cl.cfg.Placement = rec
+	replacedEventually := func(b string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if last, _ := lh.Metadata().LastEnsemble(); !slices.Contains(last.Bookies, b) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("ensemble %v, want %s replaced", lh.Metadata().Ensembles, b)
+			}
+		}
+	}
+	failing.Store(ens[1], true)
+	if _, err := lh.Append(ctx, payload(lh.ID(), 0)); err != nil {
+		t.Fatal(err)
+	}
+	replacedEventually(ens[1])
+	failing.Delete(ens[1])
+	time.Sleep(300 * time.Millisecond)
+	failing.Store(ens[2], true)
+	for i := int64(1); i <= 3; i++ {
+		if _, err := lh.Append(ctx, payload(lh.ID(), i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replacedEventually(ens[2])
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.calls) < 2 || rec.calls[1][ens[1]] || !rec.calls[1][ens[2]] {
+		t.Fatalf("replacements excluded %v; want the second to exclude %s and not %s", rec.calls, ens[2], ens[1])
+	}
+}
+
 // failWhileListed wraps each bookie connection so that its adds fail while failing holds its
 // address.
 func failWhileListed(failing *sync.Map) func(addr string, conn bookieConn) bookieConn {
