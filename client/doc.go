@@ -15,13 +15,12 @@
 // acknowledgements; completions are delivered strictly in entry order and each entry carries
 // the LAC (the last entry whose add completed). A bookie that fails an add is replaced through
 // the PlacementPolicy (by a bookie this handle replaced within BookieQuarantineTime only if no
-// other is left): the
-// metadata is CAS'd with a new ensemble starting at LAC+1 and the adds in flight are resent to
-// the replacement before any callback runs. An add's callback never runs before every send of it has copied
-// its data (the caller may reuse the buffer from the callback on). An ensemble change fails
-// cleanly (ErrLedgerClosed, ErrLedgerFenced) when another client closed or fenced the ledger;
-// with no bookie to replace a failed one the handle fails (ErrNotEnoughBookies) and Close
-// still closes it at its LAC.
+// other is left): the metadata is CAS'd with a new ensemble starting at LAC+1 and the adds in
+// flight are resent to the replacement before any callback runs. An add's callback never runs
+// before every send of it has copied its data (the caller may reuse the buffer from the
+// callback on). An ensemble change fails cleanly (ErrLedgerClosed, ErrLedgerFenced) when
+// another client closed or fenced the ledger; with no bookie to replace a failed one the handle
+// fails (ErrNotEnoughBookies) and Close still closes it at its LAC.
 //
 // A client has at most Config.MaxPendingAdds adds in flight, all ledgers together; an append
 // over that is refused at once with ErrTooManyPendingAdds (not written, no entry id taken, the
