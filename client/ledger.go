@@ -30,10 +30,15 @@ type Ledger struct {
 	readOnly bool
 	macs     sync.Pool // HMAC states for DigestHMAC
 
+	// refreshMu serialises a read handle's metadata refreshes (refreshMetadata).
+	refreshMu sync.Mutex
+
 	// mu guards the fields below.
 	mu      sync.Mutex
 	md      *metadata.LedgerMetadata
 	version metadata.Version
+	// refreshedAt is when md was last read from the metadata service (read handles).
+	refreshedAt time.Time
 	// nextEntry is the id the next Append gets; lac is the last entry acknowledged to the
 	// application (all before it too), confirmedLength the ledger length up to lac.
 	nextEntry       int64
@@ -121,7 +126,7 @@ func newLedger(c *Client, id int64, md *metadata.LedgerMetadata, version metadat
 	}
 	lh := &Ledger{
 		c: c, id: id, password: append([]byte(nil), password...), key: MasterKey(password), dg: dg,
-		readOnly: readOnly, md: md, version: version, lac: -1, toReplace: map[string]bool{}, replaced: map[string]int64{},
+		readOnly: readOnly, md: md, version: version, refreshedAt: time.Now(), lac: -1, toReplace: map[string]bool{}, replaced: map[string]int64{},
 	}
 	if md.State == metadata.StateClosed {
 		lh.lac, lh.nextEntry, lh.confirmedLength, lh.length = md.LastEntryID, md.LastEntryID+1, md.Length, md.Length

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"iter"
 	"time"
@@ -51,13 +50,70 @@ func isMissing(rc protocol.ReturnCode) bool {
 	return rc == protocol.ENOENTRY || rc == protocol.ENOLEDGER
 }
 
+// metadataRecheck is how often, at most, a read handle of an open ledger re-reads its
+// metadata when a LAC read finds nothing new: the writer may have moved to bookies the handle
+// does not know, which then never report the later LACs.
+const metadataRecheck = time.Second
+
 // readEntry reads one entry from its write set: one replica at a time, the next one after an
 // error or after SpeculativeReadTimeout without an answer. A digest mismatch is reported and
-// the next replica tried. It fails with ErrNoSuchEntry only if every replica said so.
+// the next replica tried. It fails with ErrNoSuchEntry only if every replica said so. A read
+// handle of an open ledger that fails re-reads the metadata and, if it changed (an ensemble
+// change since the handle was opened), reads from the new write set.
 func (lh *Ledger) readEntry(ctx context.Context, entryID int64) (Entry, error) {
 	lh.mu.Lock()
-	replicas, err := writeSet(lh.md, entryID)
+	md := lh.md
 	lh.mu.Unlock()
+	e, err := lh.readReplicas(ctx, md, entryID)
+	if err != nil && ctx.Err() == nil && lh.mayBeStale(md) {
+		if changed, _ := lh.refreshMetadata(ctx, md); changed {
+			lh.mu.Lock()
+			md = lh.md
+			lh.mu.Unlock()
+			return lh.readReplicas(ctx, md, entryID)
+		}
+	}
+	return e, err
+}
+
+// mayBeStale says whether md, this handle's metadata, may be behind the metadata service: only
+// a read handle's, and only while the ledger is open.
+func (lh *Ledger) mayBeStale(md *metadata.LedgerMetadata) bool {
+	return lh.readOnly && md.State != metadata.StateClosed
+}
+
+// refreshMetadata re-reads a read handle's metadata, unless it changed since the caller read
+// seen (another caller refreshed it meanwhile). changed says whether the handle's metadata is
+// now another than seen.
+func (lh *Ledger) refreshMetadata(ctx context.Context, seen *metadata.LedgerMetadata) (changed bool, err error) {
+	lh.refreshMu.Lock()
+	defer lh.refreshMu.Unlock()
+	lh.mu.Lock()
+	cur := lh.md
+	lh.mu.Unlock()
+	if cur != seen {
+		return true, nil
+	}
+	md, v, err := lh.c.md.Ledgers().Read(ctx, lh.id)
+	if err != nil {
+		return false, err
+	}
+	lh.mu.Lock()
+	defer lh.mu.Unlock()
+	lh.refreshedAt = time.Now()
+	if v == lh.version {
+		return false, nil
+	}
+	lh.md, lh.version = md, v
+	if md.State == metadata.StateClosed {
+		lh.lac, lh.nextEntry, lh.confirmedLength, lh.length = md.LastEntryID, md.LastEntryID+1, md.Length, md.Length
+	}
+	return true, nil
+}
+
+// readReplicas reads entryID from its write set in md (see readEntry).
+func (lh *Ledger) readReplicas(ctx context.Context, md *metadata.LedgerMetadata, entryID int64) (Entry, error) {
+	replicas, err := writeSet(md, entryID)
 	if err != nil {
 		return Entry{}, err
 	}
@@ -89,7 +145,7 @@ func (lh *Ledger) readEntry(ctx context.Context, entryID int64) (Entry, error) {
 				}
 				lh.c.log.Warn("bad entry from bookie; reading another replica", "ledger", lh.id, "entry", entryID,
 					"bookie", replicas[r.replica], "err", err)
-				firstErr = cmpErr(firstErr, err)
+				firstErr = cmpErr(firstErr, fmt.Errorf("bookie %s: %w", replicas[r.replica], err))
 			case r.err == nil && isMissing(r.rc):
 				missing++
 			case r.err == nil && r.rc == protocol.EUA:
@@ -208,15 +264,29 @@ func (lh *Ledger) Entries(ctx context.Context, first, last int64) iter.Seq2[Entr
 
 // ReadLastAddConfirmed asks the bookies of the last ensemble for their last entry and returns
 // the highest LAC those entries carry (entries up to it are safe to read), once enough bookies
-// answered to cover every write quorum. The handle's LastAddConfirmed moves up to it.
+// answered to cover every write quorum. The handle's LastAddConfirmed moves up to it. A read
+// handle also re-reads the ledger's metadata when that fails, or (at most once per
+// metadataRecheck) when it learns nothing new: the writer may have replaced the bookies it asked,
+// or closed the ledger.
 func (lh *Ledger) ReadLastAddConfirmed(ctx context.Context) (int64, error) {
 	lh.mu.Lock()
-	md := lh.md
+	md, prev, recheck := lh.md, lh.lac, time.Since(lh.refreshedAt) >= metadataRecheck
 	lh.mu.Unlock()
 	if md.State == metadata.StateClosed {
 		return md.LastEntryID, nil
 	}
 	res, err := lh.readLAC(ctx, md, false)
+	if (err != nil || res.lac <= prev && recheck) && ctx.Err() == nil && lh.mayBeStale(md) {
+		if changed, rerr := lh.refreshMetadata(ctx, md); rerr == nil && changed {
+			lh.mu.Lock()
+			md = lh.md
+			lh.mu.Unlock()
+			if md.State == metadata.StateClosed {
+				return md.LastEntryID, nil
+			}
+			res, err = lh.readLAC(ctx, md, false)
+		}
+	}
 	if err != nil {
 		return -1, err
 	}
@@ -276,7 +346,7 @@ func (lh *Ledger) readLAC(ctx context.Context, md *metadata.LedgerMetadata, fenc
 				e, err := lh.dg.verify(r.entry, lh.id, -1)
 				if err != nil {
 					lh.c.log.Warn("bad last entry from bookie", "ledger", lh.id, "bookie", last.Bookies[r.replica], "err", err)
-					firstErr = cmpErr(firstErr, err)
+					firstErr = cmpErr(firstErr, fmt.Errorf("bookie %s: %w", last.Bookies[r.replica], err))
 					continue
 				}
 				known[r.replica] = true
@@ -296,5 +366,5 @@ func (lh *Ledger) readLAC(ctx context.Context, md *metadata.LedgerMetadata, fenc
 			return res, ctx.Err()
 		}
 	}
-	return res, fmt.Errorf("%w: too few bookies of the last ensemble answered (%v)", ErrNotEnoughBookies, errors.Join(firstErr))
+	return res, fmt.Errorf("%w: too few bookies of the last ensemble answered: %w", ErrNotEnoughBookies, firstErr)
 }

@@ -1,0 +1,161 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
+)
+
+// appendRange appends entries first..last (payload(ledger, id)) and checks their ids.
+func appendRange(t *testing.T, lh *Ledger, first, last int64) {
+	t.Helper()
+	for i := first; i <= last; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		id, err := lh.Append(ctx, payload(lh.ID(), i))
+		cancel()
+		if err != nil || id != i {
+			t.Fatalf("append %d: id %d, %v", i, id, err)
+		}
+	}
+}
+
+// TestTailingReaderAfterEnsembleChanges: a reader opened (without recovery) before the writer
+// changed its ensemble twice learns a LAC from the old ensemble's bookies, then reads the
+// entries up to it. Every entry up to that LAC was acknowledged and must be readable; a stale
+// ensemble must not turn them into ErrNoSuchEntry.
+func TestTailingReaderAfterEnsembleChanges(t *testing.T) {
+	c := clustertest.Start(t, 5)
+	ctx := context.Background()
+	var failing sync.Map
+	w := newClient(t, c, failWhileListed(&failing))
+	lh := createLedger(t, w, 3, 2, 2)
+	appendRange(t, lh, 0, 9)
+
+	rh, err := newClient(t, c, nil).OpenLedger(ctx, lh.ID(), password, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ens := lh.Metadata().Ensembles[0].Bookies
+	failing.Store(ens[0], true)
+	appendRange(t, lh, 10, 19)
+	failing.Store(ens[1], true)
+	appendRange(t, lh, 20, 39)
+	if n := len(lh.Metadata().Ensembles); n != 3 {
+		t.Fatalf("writer has %d ensembles, want 3", n)
+	}
+
+	// Entry 21 is the first whose write set (positions 0 and 1) holds neither old bookie. A LAC
+	// read may finish before the bookie that knows the highest LAC answers: ask again.
+	var lac int64
+	for range 50 {
+		if lac, err = rh.ReadLastAddConfirmed(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if lac >= 21 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if lac < 21 {
+		t.Fatalf("tailing reader stuck at LAC %d; the writer is at %d", lac, lh.LastAddConfirmed())
+	}
+	t.Logf("reader LAC %d (writer LAC %d)", lac, lh.LastAddConfirmed())
+	entries, err := rh.Read(ctx, 0, lac)
+	if err != nil {
+		t.Fatalf("read 0..%d (all acknowledged, all <= LAC): %v", lac, err)
+	}
+	if int64(len(entries)) != lac+1 {
+		t.Fatalf("read %d entries, want %d", len(entries), lac+1)
+	}
+}
+
+// TestDigestMismatchNamesTheBookie: a read whose only replica returns damaged bytes fails
+// with ErrDigestMismatch naming the bookie that returned them.
+func TestDigestMismatchNamesTheBookie(t *testing.T) {
+	c := clustertest.Start(t, 1)
+	ctx := context.Background()
+	w := newClient(t, c, nil)
+	lh := createLedger(t, w, 1, 1, 1)
+	appendRange(t, lh, 0, 6) // entry 6 is long enough for faultConn to corrupt
+	bad := lh.Metadata().Ensembles[0].Bookies[0]
+	r := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
+		return &faultConn{inner: conn, addr: addr, corruptReads: true}
+	})
+	rh, err := r.OpenLedger(ctx, lh.ID(), password, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rh.mu.Lock() // the LAC read fails on the corrupt entry too (see TestLACDigestMismatchIsReported)
+	rh.lac = 6
+	rh.mu.Unlock()
+	_, err = rh.Read(ctx, 6, 6)
+	if !errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrNoSuchEntry) {
+		t.Fatalf("read of a corrupt entry: %v, want ErrDigestMismatch", err)
+	}
+	if !strings.Contains(err.Error(), bad) {
+		t.Fatalf("digest mismatch error %q does not name the bookie %s", err, bad)
+	}
+}
+
+// TestLACDigestMismatchIsReported: a LAC read whose only bookie returns a damaged last entry
+// fails with an error that matches ErrDigestMismatch and names the bookie.
+func TestLACDigestMismatchIsReported(t *testing.T) {
+	c := clustertest.Start(t, 1)
+	ctx := context.Background()
+	w := newClient(t, c, nil)
+	lh := createLedger(t, w, 1, 1, 1)
+	appendRange(t, lh, 0, 6) // entry 6 is long enough for faultConn to corrupt
+	bad := lh.Metadata().Ensembles[0].Bookies[0]
+	r := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
+		return &faultConn{inner: conn, addr: addr, corruptReads: true}
+	})
+	rh, err := r.OpenLedger(ctx, lh.ID(), password, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = rh.ReadLastAddConfirmed(ctx)
+	if !errors.Is(err, ErrDigestMismatch) || !strings.Contains(fmt.Sprint(err), bad) {
+		t.Fatalf("LAC read of a corrupt last entry: %v; want an error matching ErrDigestMismatch naming %s", err, bad)
+	}
+}
+
+// TestTailingReaderFollowsANewEnsemble: the writer's only bookie is replaced after a reader
+// opened the ledger. The old bookie keeps answering LAC reads with its last entry, so only the
+// metadata tells the reader where later entries went: its LAC must still catch up.
+func TestTailingReaderFollowsANewEnsemble(t *testing.T) {
+	c := clustertest.Start(t, 2)
+	ctx := context.Background()
+	var failing sync.Map
+	w := newClient(t, c, failWhileListed(&failing))
+	waitWritable(t, w, 2)
+	lh := createLedger(t, w, 1, 1, 1)
+	appendRange(t, lh, 0, 4)
+	rh, err := newClient(t, c, nil).OpenLedger(ctx, lh.ID(), password, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing.Store(lh.Metadata().Ensembles[0].Bookies[0], true)
+	appendRange(t, lh, 5, 9)
+	if n := len(lh.Metadata().Ensembles); n != 2 {
+		t.Fatalf("writer has %d ensembles, want 2", n)
+	}
+	var lac int64
+	for deadline := time.Now().Add(10 * time.Second); lac < 8; time.Sleep(20 * time.Millisecond) {
+		if lac, err = rh.ReadLastAddConfirmed(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tailing reader stuck at LAC %d; the writer is at %d", lac, lh.LastAddConfirmed())
+		}
+	}
+	if entries, err := rh.Read(ctx, 0, lac); err != nil || int64(len(entries)) != lac+1 {
+		t.Fatalf("read 0..%d: %d entries, %v", lac, len(entries), err)
+	}
+}
