@@ -3,6 +3,7 @@ package transport
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -240,7 +241,13 @@ func (c *Conn) Read(ledgerID, entryID int64, flags protocol.Flags, masterKey *[p
 // the request's timeout).
 func (c *Conn) submit(r *request, f *frame, timeout time.Duration) {
 	now := monotime.Now()
-	expiry := now + int64(timeout)
+	expiry := now + min(int64(timeout), math.MaxInt64-now)
+	waited := false
+	defer func() {
+		if waited {
+			c.p.blocked.Done()
+		}
+	}()
 	for {
 		c.mu.Lock()
 		switch c.state {
@@ -270,6 +277,10 @@ func (c *Conn) submit(r *request, f *frame, timeout time.Duration) {
 				c.stats.timeouts.Add(1)
 				c.p.failAsync(r, ErrTimeout)
 				return
+			}
+			if !waited {
+				waited = true
+				c.p.blocked.Add(1) // under c.mu, state not closed: before Close's Wait
 			}
 			c.waitSpaceUnlock(time.Duration(expiry - now))
 			now = monotime.Now()
@@ -405,12 +416,13 @@ func (c *Conn) fail(gen uint64, established bool, kind, cause error) {
 	}
 	var delay time.Duration
 	if backoff {
-		delay = c.p.cfg.ReconnectMin << min(c.failures-1, 30)
-		if delay <= 0 || delay > c.p.cfg.ReconnectMax {
-			delay = c.p.cfg.ReconnectMax
+		delay = c.p.cfg.ReconnectMin
+		for i := 1; i < c.failures && delay < c.p.cfg.ReconnectMax; i++ {
+			delay = min(delay, c.p.cfg.ReconnectMax/2) * 2
 		}
+		delay = min(delay, c.p.cfg.ReconnectMax)
 		c.state = stateBackoff
-		c.retryAt = now + int64(delay)
+		c.retryAt = now + min(int64(delay), math.MaxInt64-now)
 		c.backoffErr = fmt.Errorf("%w: %s: in reconnect backoff (%v) after: %w", ErrConnection, c.addr, delay, err)
 	} else {
 		c.state = stateIdle

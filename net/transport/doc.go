@@ -52,9 +52,10 @@
 // # Timeouts
 //
 // Every request gets a deadline at submission: AddTimeout or ReadTimeout later. Pending
-// requests are also linked in one list per op in submission order; as all requests of an
-// op share a timeout, that is deadline order, and the completer's scan stops at the first
-// request not yet due. A timed-out request is removed (its callback gets ErrTimeout) and a
+// requests are also linked in one list per op in deadline order (as all requests of an op
+// share a timeout, that is submission order, except for a caller that blocked on a full
+// queue: its request is linked in by its deadline), and the completer's scan stops at the
+// first request not yet due. Deadlines saturate: a huge timeout means none. A timed-out request is removed (its callback gets ErrTimeout) and a
 // late response for it is dropped. Timeouts do not close the connection. A request queued
 // while the connection is still being made is subject to the same deadline.
 //

@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -389,4 +390,26 @@ func freeAddr(t testing.TB) string {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	return addr
+}
+
+// answerAuth answers the AUTH request with an empty message of plugin "plug".
+func (c *fakeConn) answerAuth(t testing.TB) {
+	t.Helper()
+	b, err := protocol.AppendAuthResponse(nil, protocol.AuthResponse{
+		Header:  protocol.Header{Version: protocol.CurrentVersion, Op: protocol.OpAuth},
+		Message: protocol.AuthMessage{PluginName: []byte("plug")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.send(t, b)
+}
+
+// goroutineID is the calling goroutine's id, from its stack trace header.
+func goroutineID() uint64 {
+	var b [64]byte
+	s := b[:runtime.Stack(b[:], false)]
+	s = bytes.TrimPrefix(s, []byte("goroutine "))
+	s = s[:bytes.IndexByte(s, ' ')]
+	id, _ := strconv.ParseUint(string(s), 10, 64)
+	return id
 }

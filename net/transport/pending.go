@@ -96,6 +96,32 @@ func (l *ageList) pushBack(r *request) {
 	l.tail = r
 }
 
+// insertByExpiry links r after the last request due no later than it (usually the tail: only
+// a caller that blocked on a full queue inserts a deadline earlier than the tail's).
+func (l *ageList) insertByExpiry(r *request) {
+	at := l.tail
+	for at != nil && at.expiry > r.expiry {
+		at = at.prevAge
+	}
+	if at == nil {
+		r.prevAge, r.nextAge = nil, l.head
+		if l.head == nil {
+			l.tail = r
+		} else {
+			l.head.prevAge = r
+		}
+		l.head = r
+		return
+	}
+	r.prevAge, r.nextAge = at, at.nextAge
+	if at.nextAge == nil {
+		l.tail = r
+	} else {
+		at.nextAge.prevAge = r
+	}
+	at.nextAge = r
+}
+
 func (l *ageList) unlink(r *request) {
 	if r.prevAge == nil {
 		l.head = r.nextAge
@@ -139,7 +165,7 @@ func (s *pendingSet) insert(r *request) {
 		r.tail = r
 		s.byKey.fill(i, r)
 	}
-	s.ages(r.key.op).pushBack(r)
+	s.ages(r.key.op).insertByExpiry(r)
 	s.n++
 }
 

@@ -19,9 +19,10 @@ type Pool struct {
 	tls *tls.Config // cfg.TLS cloned, nil for plaintext
 	log *slog.Logger
 
-	ctx    context.Context // canceled by Close: aborts dials and handshakes
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // connection goroutines (connect+write, read)
+	ctx     context.Context // canceled by Close: aborts dials and handshakes
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // connection goroutines (connect+write, read)
+	blocked sync.WaitGroup // callers blocked on a full queue
 
 	closing  chan struct{} // closed by Close once every connection is closed
 	loopDone chan struct{} // closed when the completer has exited
@@ -111,6 +112,7 @@ func (p *Pool) Close() error {
 	for _, c := range conns {
 		c.close()
 	}
+	p.blocked.Wait() // woken by close; their ErrClosed goes to the completer
 	close(p.closing)
 	p.wg.Wait()
 	<-p.loopDone

@@ -5,12 +5,14 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
 	"github.com/ringkeeper/ringkeeper/net/protocol"
 	"github.com/ringkeeper/ringkeeper/net/server"
 	"github.com/ringkeeper/ringkeeper/net/server/servertest"
@@ -927,4 +929,118 @@ func TestConcurrentUse(t *testing.T) {
 		t.Fatalf("%d callbacks for %d requests: %v", total, 4*perG*2, counts)
 	}
 	checkNoGoroutines(t)
+}
+
+// TestBlockedAddTimesOutOnTime: an add that blocked on a full queue joins the pending requests
+// behind one made later with a later deadline; it must still time out at its own deadline.
+func TestBlockedAddTimesOutOnTime(t *testing.T) {
+	fb := newFakeBookie(t)
+	const timeout = time.Second
+	p := newPool(t, Config{AuthPlugin: "plug", MaxFrameSize: 4096, MaxQueuedBytesPerConn: 4096,
+		AddTimeout: timeout, ReadTimeout: timeout})
+	conn := p.Conn(fb.addr())
+	col := newCollector(8)
+	conn.Add(1, 0, &keyA, 0, parts(1, 0, make([]byte, 2000)), col.onAdd, "A") // queued, AUTH pending
+	start := time.Now()
+	done := make(chan time.Duration, 1)
+	go func() {
+		conn.Add(1, 1, &keyA, 0, parts(1, 1, make([]byte, 3000)), func(ctx any, rc protocol.ReturnCode, err error) {
+			if !errors.Is(err, ErrTimeout) {
+				t.Errorf("B: %v, want ErrTimeout", err)
+			}
+			done <- time.Since(start)
+		}, "B") // does not fit: blocks
+	}()
+	fc := fb.accept(t)
+	if req := fc.next(t); req.Header.Op != protocol.OpAuth {
+		t.Fatalf("first request %v", req.Header.Op)
+	}
+	time.Sleep(600 * time.Millisecond)
+	conn.Add(1, 2, &keyA, 0, parts(1, 2, nil), col.onAdd, "C") // small: fits at once, deadline ~1.6 s
+	time.Sleep(200 * time.Millisecond)
+	fc.answerAuth(t) // the writer takes the queue: B gets in, behind C, with deadline ~1.0 s
+	select {
+	case d := <-done:
+		if d > timeout+300*time.Millisecond {
+			t.Fatalf("B timed out %v after its call; its timeout is %v", d, timeout)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("no callback for B")
+	}
+}
+
+// TestCloseRunsBlockedCallersCallbacks: callers blocked on a full queue when the pool closes
+// get their ErrClosed callback before Close returns, and not on their own goroutine.
+func TestCloseRunsBlockedCallersCallbacks(t *testing.T) {
+	for round := range 10 {
+		fb := newFakeBookie(t)
+		p, err := NewPool(Config{AuthPlugin: "plug", MaxFrameSize: 4096, MaxQueuedBytesPerConn: 4096,
+			AddTimeout: 10 * time.Second, Logger: testLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn := p.Conn(fb.addr())
+		conn.Add(1, 0, &keyA, 0, parts(1, 0, make([]byte, 3000)), func(any, protocol.ReturnCode, error) {}, nil)
+		const callers = 16
+		var onCaller, calls atomic.Int64
+		var started, wg sync.WaitGroup
+		for i := range callers {
+			started.Add(1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				me := goroutineID()
+				started.Done()
+				conn.Add(2, int64(i), &keyA, 0, parts(2, int64(i), make([]byte, 3000)), func(any, protocol.ReturnCode, error) {
+					calls.Add(1)
+					if goroutineID() == me {
+						onCaller.Add(1)
+					}
+				}, nil)
+			}()
+		}
+		started.Wait()
+		fb.accept(t)
+		time.Sleep(50 * time.Millisecond) // all blocked
+		_ = p.Close()
+		atClose := calls.Load()
+		wg.Wait()
+		if atClose != callers || onCaller.Load() > 0 {
+			t.Fatalf("round %d: Close returned with %d of %d callbacks run; %d ran on their caller's goroutine",
+				round, atClose, callers, onCaller.Load())
+		}
+	}
+}
+
+func TestHugeTimeoutDoesNotExpireAtOnce(t *testing.T) {
+	fb := newFakeBookie(t)
+	p := newPool(t, Config{AddTimeout: math.MaxInt64, ReadTimeout: 100 * time.Millisecond})
+	col := newCollector(4)
+	p.Conn(fb.addr()).Add(1, 0, &keyA, 0, parts(1, 0, nil), col.onAdd, nil)
+	fc := fb.accept(t)
+	if req := fc.next(t); req.Header.Op != protocol.OpAddEntry {
+		t.Fatalf("got %v", req.Header.Op)
+	}
+	col.expectNone(t, 300*time.Millisecond)
+}
+
+// TestBackoffDoesNotOverflow: after many failures with a large ReconnectMin the backoff is
+// ReconnectMax, not a doubling that wrapped around.
+func TestBackoffDoesNotOverflow(t *testing.T) {
+	p := newPool(t, Config{ReconnectMin: 1<<34 + 1, ReconnectMax: time.Minute})
+	conn := p.Conn(freeAddr(t))
+	conn.mu.Lock()
+	conn.failures = 40 // a bookie down for a long while
+	conn.mu.Unlock()
+	col := newCollector(2)
+	conn.Read(1, 0, 0, nil, col.onRead, nil)
+	if r := col.one(t); !errors.Is(r.err, ErrConnection) {
+		t.Fatalf("read: %v", r.err)
+	}
+	conn.mu.Lock()
+	delay := time.Duration(conn.retryAt - monotime.Now())
+	conn.mu.Unlock()
+	if delay < 50*time.Second {
+		t.Fatalf("backoff after 41 failures is %v, want ReconnectMax (1m)", delay)
+	}
 }
