@@ -76,26 +76,31 @@ func TestTailingReaderAfterEnsembleChanges(t *testing.T) {
 	}
 }
 
-// TestDigestMismatchNamesTheBookie: a read whose only replica returns damaged bytes fails
-// with ErrDigestMismatch naming the bookie that returned them.
-func TestDigestMismatchNamesTheBookie(t *testing.T) {
+// corruptReader writes entries 0..6 to a (1,1,1) ledger and opens it on a second client whose
+// reads come back damaged; it returns the read handle and the bookie.
+func corruptReader(t *testing.T) (rh *Ledger, bookie string) {
+	t.Helper()
 	c := clustertest.Start(t, 1)
-	ctx := context.Background()
-	w := newClient(t, c, nil)
-	lh := createLedger(t, w, 1, 1, 1)
+	lh := createLedger(t, newClient(t, c, nil), 1, 1, 1)
 	appendRange(t, lh, 0, 6) // entry 6 is long enough for faultConn to corrupt
-	bad := lh.Metadata().Ensembles[0].Bookies[0]
 	r := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
 		return &faultConn{inner: conn, addr: addr, corruptReads: true}
 	})
-	rh, err := r.OpenLedger(ctx, lh.ID(), password, false)
+	rh, err := r.OpenLedger(context.Background(), lh.ID(), password, false)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rh, lh.Metadata().Ensembles[0].Bookies[0]
+}
+
+// TestDigestMismatchNamesTheBookie: a read whose only replica returns damaged bytes fails
+// with ErrDigestMismatch naming the bookie that returned them.
+func TestDigestMismatchNamesTheBookie(t *testing.T) {
+	rh, bad := corruptReader(t)
 	rh.mu.Lock() // the LAC read fails on the corrupt entry too (see TestLACDigestMismatchIsReported)
 	rh.lac = 6
 	rh.mu.Unlock()
-	_, err = rh.Read(ctx, 6, 6)
+	_, err := rh.Read(context.Background(), 6, 6)
 	if !errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrNoSuchEntry) {
 		t.Fatalf("read of a corrupt entry: %v, want ErrDigestMismatch", err)
 	}
@@ -107,20 +112,8 @@ func TestDigestMismatchNamesTheBookie(t *testing.T) {
 // TestLACDigestMismatchIsReported: a LAC read whose only bookie returns a damaged last entry
 // fails with an error that matches ErrDigestMismatch and names the bookie.
 func TestLACDigestMismatchIsReported(t *testing.T) {
-	c := clustertest.Start(t, 1)
-	ctx := context.Background()
-	w := newClient(t, c, nil)
-	lh := createLedger(t, w, 1, 1, 1)
-	appendRange(t, lh, 0, 6) // entry 6 is long enough for faultConn to corrupt
-	bad := lh.Metadata().Ensembles[0].Bookies[0]
-	r := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
-		return &faultConn{inner: conn, addr: addr, corruptReads: true}
-	})
-	rh, err := r.OpenLedger(ctx, lh.ID(), password, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = rh.ReadLastAddConfirmed(ctx)
+	rh, bad := corruptReader(t)
+	_, err := rh.ReadLastAddConfirmed(context.Background())
 	if !errors.Is(err, ErrDigestMismatch) || !strings.Contains(fmt.Sprint(err), bad) {
 		t.Fatalf("LAC read of a corrupt last entry: %v; want an error matching ErrDigestMismatch naming %s", err, bad)
 	}

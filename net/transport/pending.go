@@ -82,19 +82,10 @@ func (l *reqList) failAll(err error) {
 	}
 }
 
-// ageList is a doubly linked list of one op's pending requests, oldest first. All requests of
-// an op share one timeout, so the oldest is also the first to expire.
+// ageList is a doubly linked list of one op's pending requests, the first to expire first.
+// All requests of an op share one timeout, so that is oldest first, except for a request whose
+// caller blocked on a full queue before it was inserted.
 type ageList struct{ head, tail *request }
-
-func (l *ageList) pushBack(r *request) {
-	r.prevAge, r.nextAge = l.tail, nil
-	if l.tail == nil {
-		l.head = r
-	} else {
-		l.tail.nextAge = r
-	}
-	l.tail = r
-}
 
 // insertByExpiry links r after the last request due no later than it (usually the tail: only
 // a caller that blocked on a full queue inserts a deadline earlier than the tail's).
