@@ -32,12 +32,13 @@ func candidates(available []metadata.BookieInfo, excluded map[string]bool) []met
 }
 
 // weightedPick removes and returns one candidate, chosen with probability proportional to its
-// free space (bookies that report none count as average).
+// free space. Bookies that report no disk (TotalDiskBytes 0) count as average; one that reports
+// its disk full weighs one byte, picked only when no other is left.
 func weightedPick(cands []metadata.BookieInfo) (metadata.BookieInfo, []metadata.BookieInfo) {
 	var total, reported float64
 	n := 0
 	for _, c := range cands {
-		if c.FreeDiskBytes > 0 {
+		if c.TotalDiskBytes > 0 {
 			total += float64(c.FreeDiskBytes)
 			n++
 		}
@@ -46,10 +47,10 @@ func weightedPick(cands []metadata.BookieInfo) (metadata.BookieInfo, []metadata.
 		reported = total / float64(n)
 	}
 	weight := func(c metadata.BookieInfo) float64 {
-		if c.FreeDiskBytes == 0 {
+		if c.TotalDiskBytes == 0 {
 			return max(reported, 1)
 		}
-		return float64(c.FreeDiskBytes)
+		return max(float64(c.FreeDiskBytes), 1)
 	}
 	var sum float64
 	for _, c := range cands {
@@ -124,53 +125,80 @@ func (p RackAwarePlacement) rack(id string) string {
 	return "/default-rack"
 }
 
-// quorumRacks returns the racks of the other members of the write quorums that position i of
-// ensemble (size n) belongs to.
-func (p RackAwarePlacement) quorumRacks(ensemble []string, i, writeQuorum int) map[string]int {
+// spreads reports whether rack r at position i leaves every write quorum containing i able
+// to span want racks (positions not filled yet count as possibly another rack).
+func (p RackAwarePlacement) spreads(ensemble []string, i, writeQuorum int, r string, want int) bool {
 	n := len(ensemble)
-	racks := map[string]int{}
-	for d := -(writeQuorum - 1); d <= writeQuorum-1; d++ {
-		if d == 0 {
-			continue
+	for s := i - writeQuorum + 1; s <= i; s++ {
+		racks := map[string]bool{r: true}
+		empty := 0
+		for k := range writeQuorum {
+			j := ((s+k)%n + n) % n
+			if j == i {
+				continue
+			}
+			if ensemble[j] == "" {
+				empty++
+			} else {
+				racks[p.rack(ensemble[j])] = true
+			}
 		}
-		j := ((i+d)%n + n) % n
-		if j != i && ensemble[j] != "" {
-			racks[p.rack(ensemble[j])]++
+		if len(racks)+empty < want {
+			return false
 		}
 	}
-	return racks
+	return true
+}
+
+// want is how many racks each write quorum should span.
+func (p RackAwarePlacement) want(writeQuorum int) int {
+	return min(max(p.MinRacksPerWriteQuorum, 2), writeQuorum)
 }
 
 func (p RackAwarePlacement) pick(ensemble []string, i, writeQuorum int, cands []metadata.BookieInfo) (metadata.BookieInfo, []metadata.BookieInfo) {
-	used := p.quorumRacks(ensemble, i, writeQuorum)
-	minRacks := max(p.MinRacksPerWriteQuorum, 2)
-	if len(used) < minRacks {
-		// Prefer a bookie on a rack the neighbouring quorum members do not use.
-		var fresh []metadata.BookieInfo
-		for _, c := range cands {
-			if used[p.rack(c.ID)] == 0 {
-				fresh = append(fresh, c)
-			}
+	want := p.want(writeQuorum)
+	var good []metadata.BookieInfo
+	for _, c := range cands {
+		if p.spreads(ensemble, i, writeQuorum, p.rack(c.ID), want) {
+			good = append(good, c)
 		}
-		if len(fresh) > 0 {
-			b, _ := weightedPick(fresh)
-			return b, slices.DeleteFunc(slices.Clone(cands), func(c metadata.BookieInfo) bool { return c.ID == b.ID })
-		}
+	}
+	if len(good) > 0 {
+		b, _ := weightedPick(good)
+		return b, slices.DeleteFunc(slices.Clone(cands), func(c metadata.BookieInfo) bool { return c.ID == b.ID })
 	}
 	return weightedPick(cands)
 }
 
+// rackAwareTries bounds how many random greedy placements NewEnsemble tries for one that
+// spreads every write quorum; with racks too few for any, it returns the last one.
+const rackAwareTries = 64
+
 // NewEnsemble implements PlacementPolicy.
 func (p RackAwarePlacement) NewEnsemble(size, writeQuorum int, available []metadata.BookieInfo, excluded map[string]bool) ([]string, error) {
-	cands := candidates(available, excluded)
-	if len(cands) < size {
-		return nil, fmt.Errorf("%w: need %d, %d writable", ErrNotEnoughBookies, size, len(cands))
+	all := candidates(available, excluded)
+	if len(all) < size {
+		return nil, fmt.Errorf("%w: need %d, %d writable", ErrNotEnoughBookies, size, len(all))
 	}
-	ensemble := make([]string, size)
-	for i := range size {
-		var b metadata.BookieInfo
-		b, cands = p.pick(ensemble, i, writeQuorum, cands)
-		ensemble[i] = b.ID
+	var ensemble []string
+	for range rackAwareTries { // the greedy choice can paint itself into a corner: try again
+		ensemble = make([]string, size)
+		cands := all
+		for i := range size {
+			var b metadata.BookieInfo
+			b, cands = p.pick(ensemble, i, writeQuorum, cands)
+			ensemble[i] = b.ID
+		}
+		ok := true
+		for i := range size {
+			if !p.spreads(ensemble, i, writeQuorum, p.rack(ensemble[i]), p.want(writeQuorum)) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			break
+		}
 	}
 	return ensemble, nil
 }
