@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,7 +92,11 @@ type Client struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// wg counts the client's goroutines (the bookie watcher, ensemble changes); closeMu guards
+	// closing, which stops new ones from starting once Close waits for them.
+	wg      sync.WaitGroup
+	closeMu sync.Mutex
+	closing bool
 }
 
 // New connects to the metadata service and starts watching the bookies.
@@ -190,8 +195,24 @@ func (c *Client) writableBookies() []metadata.BookieInfo {
 // Metadata returns the metadata driver, for tools.
 func (c *Client) Metadata() metadata.Driver { return c.md }
 
-// Close closes bookie connections and the metadata driver. Handles must not be used after.
+// goBackground runs f on a goroutine that Close waits for; once Close has begun it runs
+// nothing and returns false.
+func (c *Client) goBackground(f func()) bool {
+	c.closeMu.Lock()
+	defer c.closeMu.Unlock()
+	if c.closing {
+		return false
+	}
+	c.wg.Go(f)
+	return true
+}
+
+// Close closes bookie connections and the metadata driver, and returns once the client's
+// goroutines have ended. Handles must not be used after.
 func (c *Client) Close() error {
+	c.closeMu.Lock()
+	c.closing = true
+	c.closeMu.Unlock()
 	if c.cancel != nil {
 		c.cancel()
 	}
@@ -202,6 +223,20 @@ func (c *Client) Close() error {
 	errs = append(errs, c.md.Close())
 	c.wg.Wait()
 	return errors.Join(errs...)
+}
+
+// ledgerErr maps the metadata service's errors about ledger id to the client's sentinels:
+// ErrNoSuchLedger (gone, or a negative id), ErrClosed (this client was closed).
+func ledgerErr(err error, id int64) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, metadata.ErrNoSuchLedger), errors.Is(err, metadata.ErrInvalidLedgerID):
+		return fmt.Errorf("%w: %d: %w", ErrNoSuchLedger, id, err)
+	case errors.Is(err, metadata.ErrClosed):
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return err
 }
 
 // CreateOptions describe a new ledger.
@@ -227,22 +262,35 @@ func (c *Client) CreateLedger(ctx context.Context, o CreateOptions) (*Ledger, er
 		return nil, fmt.Errorf("%w: need ensemble ≥ write quorum ≥ ack quorum ≥ 1 (got %d/%d/%d)",
 			ErrBadArgument, o.EnsembleSize, o.WriteQuorum, o.AckQuorum)
 	}
+	if _, err := newDigester(o.Digest, o.Password); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadArgument, err)
+	}
+	if err := c.ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrClosed, err)
+	}
 	ensemble, err := c.cfg.Placement.NewEnsemble(o.EnsembleSize, o.WriteQuorum, c.writableBookies(), nil)
 	if err != nil {
 		return nil, err
+	}
+	custom := make(map[string][]byte, len(o.Custom))
+	for k, v := range o.Custom {
+		custom[k] = slices.Clone(v) // the caller may change its map and slices afterwards
 	}
 	md := &metadata.LedgerMetadata{
 		EnsembleSize: o.EnsembleSize, WriteQuorumSize: o.WriteQuorum, AckQuorumSize: o.AckQuorum,
 		State: metadata.StateOpen, LastEntryID: metadata.NoEntry,
 		Ensembles:  []metadata.Ensemble{{FirstEntryID: 0, Bookies: ensemble}},
 		DigestType: o.Digest, Password: append([]byte(nil), o.Password...),
-		CreationTime: time.Now(), CustomMetadata: o.Custom,
+		CreationTime: time.Now(), CustomMetadata: custom,
+	}
+	if err := md.Validate(); err != nil { // before an id is taken
+		return nil, fmt.Errorf("%w: %w", ErrBadArgument, err)
 	}
 	id, version, err := metadata.CreateLedger(ctx, c.md, md)
 	if err != nil {
-		return nil, err
+		return nil, ledgerErr(err, id)
 	}
-	return newLedger(c, id, md, version, o.Password, false)
+	return newLedger(c, id, md.Clone(), version, o.Password, false)
 }
 
 // OpenLedger opens a ledger for reading. With recover, it first fences the ledger on its
@@ -251,11 +299,8 @@ func (c *Client) CreateLedger(ctx context.Context, o CreateOptions) (*Ledger, er
 // Without recover, a ledger that is still open can be read up to its last add confirmed.
 func (c *Client) OpenLedger(ctx context.Context, id int64, password []byte, recover bool) (*Ledger, error) {
 	md, version, err := c.md.Ledgers().Read(ctx, id)
-	if errors.Is(err, metadata.ErrNoSuchLedger) {
-		return nil, fmt.Errorf("%w: %d", ErrNoSuchLedger, id)
-	}
 	if err != nil {
-		return nil, err
+		return nil, ledgerErr(err, id)
 	}
 	if string(md.Password) != string(password) {
 		return nil, fmt.Errorf("%w: ledger %d", ErrUnauthorized, id)
@@ -273,13 +318,10 @@ func (c *Client) OpenLedger(ctx context.Context, id int64, password []byte, reco
 }
 
 // DeleteLedger deletes a ledger's metadata; bookies reclaim its entries at their next garbage
-// collection.
+// collection. As in BookKeeper, an open ledger can be deleted too: a writer still using it then
+// fails at its next ensemble change or Close with ErrNoSuchLedger.
 func (c *Client) DeleteLedger(ctx context.Context, id int64) error {
-	err := c.md.Ledgers().Delete(ctx, id, metadata.AnyVersion)
-	if errors.Is(err, metadata.ErrNoSuchLedger) {
-		return fmt.Errorf("%w: %d", ErrNoSuchLedger, id)
-	}
-	return err
+	return ledgerErr(c.md.Ledgers().Delete(ctx, id, metadata.AnyVersion), id)
 }
 
 // ListLedgers calls fn for every ledger id in increasing order until fn returns false.
@@ -288,7 +330,7 @@ func (c *Client) ListLedgers(ctx context.Context, fn func(id int64) bool) error 
 	for {
 		ids, more, err := c.md.Ledgers().List(ctx, start, 1000)
 		if err != nil {
-			return err
+			return ledgerErr(err, start)
 		}
 		for _, id := range ids {
 			if !fn(id) {
@@ -305,10 +347,7 @@ func (c *Client) ListLedgers(ctx context.Context, fn func(id int64) bool) error 
 // LedgerMetadata reads a ledger's metadata.
 func (c *Client) LedgerMetadata(ctx context.Context, id int64) (*metadata.LedgerMetadata, error) {
 	md, _, err := c.md.Ledgers().Read(ctx, id)
-	if errors.Is(err, metadata.ErrNoSuchLedger) {
-		return nil, fmt.Errorf("%w: %d", ErrNoSuchLedger, id)
-	}
-	return md, err
+	return md, ledgerErr(err, id)
 }
 
 // ReopenLedgerForWrite continues writing an OPEN ledger whose writer has gone away cleanly,
@@ -317,17 +356,17 @@ func (c *Client) LedgerMetadata(ctx context.Context, id int64) (*metadata.Ledger
 // Applications should close ledgers and create new ones, or recover with OpenLedger.
 func (c *Client) ReopenLedgerForWrite(ctx context.Context, id int64, password []byte) (*Ledger, error) {
 	md, version, err := c.md.Ledgers().Read(ctx, id)
-	if errors.Is(err, metadata.ErrNoSuchLedger) {
-		return nil, fmt.Errorf("%w: %d", ErrNoSuchLedger, id)
-	}
 	if err != nil {
-		return nil, err
-	}
-	if md.State != metadata.StateOpen {
-		return nil, fmt.Errorf("%w: ledger %d is %v", ErrLedgerClosed, id, md.State)
+		return nil, ledgerErr(err, id)
 	}
 	if string(md.Password) != string(password) {
 		return nil, fmt.Errorf("%w: ledger %d", ErrUnauthorized, id)
+	}
+	switch md.State {
+	case metadata.StateInRecovery:
+		return nil, fmt.Errorf("%w: ledger %d is being recovered", ErrLedgerFenced, id)
+	case metadata.StateClosed:
+		return nil, fmt.Errorf("%w: ledger %d", ErrLedgerClosed, id)
 	}
 	lh, err := newLedger(c, id, md, version, password, false)
 	if err != nil {
@@ -337,12 +376,15 @@ func (c *Client) ReopenLedgerForWrite(ctx context.Context, id int64, password []
 	if err != nil {
 		return nil, err
 	}
-	if res.lastEntry >= 0 {
-		e, err := lh.readEntry(ctx, res.lastEntry)
+	// The last fragment may hold nothing yet (the writer changed the ensemble and stopped):
+	// the entries before it are stored all the same.
+	lastFragment, _ := md.LastEnsemble()
+	if last := max(res.lastEntry, lastFragment.FirstEntryID-1); last >= 0 {
+		e, err := lh.readEntry(ctx, last)
 		if err != nil {
 			return nil, err
 		}
-		lh.lac, lh.nextEntry, lh.length, lh.confirmedLength = res.lastEntry, res.lastEntry+1, e.Length, e.Length
+		lh.lac, lh.nextEntry, lh.length, lh.confirmedLength = last, last+1, e.Length, e.Length
 	}
 	return lh, nil
 }

@@ -372,8 +372,8 @@ func addResponse(ctx any, rc protocol.ReturnCode, err error) {
 	popped := lh.popLocked(buf[:0])
 	lh.recycleLocked(op)
 	lh.deliverLocked(popped)
-	if startChange {
-		go lh.changeEnsemble()
+	if startChange && !lh.c.goBackground(lh.changeEnsemble) {
+		lh.changeEnsemble() // the client is closing: this fails the handle at once
 	}
 }
 
@@ -500,6 +500,9 @@ func (lh *Ledger) quarantineLocked(failed map[string]bool) map[string]bool {
 func (lh *Ledger) changeEnsemble() {
 	for {
 		lh.mu.Lock()
+		if err := lh.c.ctx.Err(); err != nil {
+			lh.failLocked(fmt.Errorf("%w: during an ensemble change", ErrClosed))
+		}
 		if lh.err != nil || len(lh.toReplace) == 0 {
 			lh.endChangeLocked()
 			return
@@ -523,7 +526,7 @@ func (lh *Ledger) changeEnsemble() {
 		lh.mu.Lock()
 		if err != nil {
 			lh.c.log.Error("ensemble change failed", "ledger", lh.id, "err", err)
-			lh.failLocked(err)
+			lh.failLocked(ledgerErr(err, lh.id))
 			lh.endChangeLocked()
 			return
 		}
@@ -668,7 +671,11 @@ func (lh *Ledger) updateEnsemble(ctx context.Context, md *metadata.LedgerMetadat
 		case ctx.Err() != nil:
 			return nil, 0, fmt.Errorf("ensemble change: %w", err)
 		}
-		time.Sleep(backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return nil, 0, fmt.Errorf("ensemble change: %w", ctx.Err())
+		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
 }
@@ -719,7 +726,7 @@ func (lh *Ledger) Close(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return ledgerErr(err, lh.id)
 	}
 	lh.mu.Lock()
 	lh.md, lh.version = md, v

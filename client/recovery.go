@@ -44,7 +44,7 @@ func (lh *Ledger) recover(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("%w: ledger %d: mark in recovery: %w", ErrRecovery, lh.id, err)
+		return fmt.Errorf("%w: ledger %d: mark in recovery: %w", ErrRecovery, lh.id, ledgerErr(err, lh.id))
 	}
 	lh.setMetadata(md, version)
 	if md.State == metadata.StateClosed {
@@ -97,7 +97,7 @@ func (lh *Ledger) recover(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("%w: ledger %d: close: %w", ErrRecovery, lh.id, err)
+		return fmt.Errorf("%w: ledger %d: close: %w", ErrRecovery, lh.id, ledgerErr(err, lh.id))
 	}
 	if md.LastEntryID != lastEntry || md.Length != length {
 		// Both ends hold every acknowledged entry; they differ only in entries never
