@@ -456,7 +456,9 @@ func (e *Engine) Fence(ledgerID int64, masterKey []byte, done func(ctx any, err 
 		done(ctx, nil)
 		return nil
 	}
-	first := !l.fenced.Load() && len(l.fenceWaiters) == 0
+	// Waiters mean a fence record is on its way; none (and not durable) means none is, also
+	// after an earlier record failed: send one.
+	first := len(l.fenceWaiters) == 0
 	l.fenced.Store(true)
 	l.fenceWaiters = append(l.fenceWaiters, func(err error) { done(ctx, err) })
 	l.mu.Unlock()
@@ -480,7 +482,17 @@ func (e *Engine) Fence(ledgerID int64, masterKey []byte, done func(ctx any, err 
 		}
 	}
 	if err := e.journals.For(ledgerID).Append(&op.entry); err != nil {
-		return fmt.Errorf("%w: journal: %w", ErrIO, err)
+		err = fmt.Errorf("%w: journal: %w", ErrIO, err)
+		// No record is on its way: fail the requests that joined this one (this one's error is
+		// returned), so that the next one sends a record again.
+		l.mu.Lock()
+		joined := l.fenceWaiters[1:]
+		l.fenceWaiters = nil
+		l.mu.Unlock()
+		for _, w := range joined {
+			w(err)
+		}
+		return err
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -310,3 +311,33 @@ func TestConcurrentAddsReadsAndCheckpoints(t *testing.T) {
 func (e *Engine) setCheckpointHook(f func(step checkpointStep) error) { e.checkpointHook.Store(&f) }
 
 func (e *Engine) setReadHook(f func(ledger, entry int64, loc uint64)) { e.readHook.Store(&f) }
+
+// TestFenceAfterAFailedFenceRecord: when the journal fails the fence record, the fencing
+// request fails, and a later one for the same ledger fails too instead of waiting for a
+// record nobody will write (it used to wait forever, holding a read worker).
+func TestFenceAfterAFailedFenceRecord(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	e := openTest(t, testConfig(t, fs, 1))
+	defer e.Close()
+	if err := addSync(e, testKey, storedEntry(1, 0), false); err != nil {
+		t.Fatal(err)
+	}
+	fs.SetInjector(func(op diskio.Op) error {
+		if op.Kind == diskio.OpWrite && strings.HasPrefix(op.Name, "/journal") {
+			return errors.New("injected journal write error")
+		}
+		return nil
+	})
+	for i := range 2 {
+		done := make(chan error, 1)
+		go func() { done <- fenceSync(e, 1, testKey) }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatalf("fence %d succeeded with the journal failing", i)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("fence %d never completed", i)
+		}
+	}
+}
