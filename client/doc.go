@@ -18,9 +18,10 @@
 // other is left): the metadata is CAS'd with a new ensemble starting at LAC+1 and the adds in
 // flight are resent to the replacement before any callback runs. An add's callback never runs
 // before every send of it has copied its data (the caller may reuse the buffer from the
-// callback on). An ensemble change fails cleanly (ErrLedgerClosed, ErrLedgerFenced) when
-// another client closed or fenced the ledger; with no bookie to replace a failed one the handle
-// fails (ErrNotEnoughBookies) and Close still closes it at its LAC.
+// callback on). A writer whose ledger another client recovered learns it with ErrLedgerFenced
+// (and ErrLedgerClosed once the recovery closed it), from its adds, an ensemble change or
+// Close; with no bookie to replace a failed one the handle fails (ErrNotEnoughBookies) and
+// Close still closes it at its LAC.
 //
 // A client has at most Config.MaxPendingAdds adds in flight, all ledgers together; an append
 // over that is refused at once with ErrTooManyPendingAdds (not written, no entry id taken, the

@@ -632,6 +632,19 @@ func (c *Client) replaceBookies(md *metadata.LedgerMetadata, first int64, failed
 	return nil
 }
 
+// takenOver says whether md shows that another client took the ledger from its writer: it is
+// being recovered (ErrLedgerFenced), or was recovered and closed (ErrLedgerFenced and
+// ErrLedgerClosed; the writer's own close never runs during an ensemble change).
+func takenOver(md *metadata.LedgerMetadata) error {
+	switch md.State {
+	case metadata.StateInRecovery:
+		return ErrLedgerFenced
+	case metadata.StateClosed:
+		return fmt.Errorf("%w: %w by another client at entry %d", ErrLedgerFenced, ErrLedgerClosed, md.LastEntryID)
+	}
+	return nil
+}
+
 // updateEnsemble replaces the failed bookies with bookies not in excluded and writes the new
 // ensemble into the metadata with compare-and-set, retrying on conflicts; it fails if the
 // ledger was closed or is being recovered meanwhile.
@@ -639,16 +652,18 @@ func (lh *Ledger) updateEnsemble(ctx context.Context, md *metadata.LedgerMetadat
 	failed, excluded map[string]bool) (*metadata.LedgerMetadata, metadata.Version, error) {
 	backoff := 50 * time.Millisecond
 	for {
-		switch md.State {
-		case metadata.StateInRecovery:
-			return nil, 0, ErrLedgerFenced
-		case metadata.StateClosed:
-			return nil, 0, ErrLedgerClosed
+		if err := takenOver(md); err != nil {
+			return nil, 0, err
 		}
 		// Falling back on bookies replaced earlier: one may be back (a restart), and ending the
 		// handle would be worse (BookKeeper also falls back on quarantined bookies).
 		next := md.Clone()
 		if err := lh.c.replaceBookies(next, lac+1, failed, excluded, true); err != nil {
+			// The bookies may have failed the add because another client fenced the ledger:
+			// say so rather than that no bookie is left.
+			if cur, _, rerr := lh.c.md.Ledgers().Read(ctx, lh.id); rerr == nil && takenOver(cur) != nil {
+				return nil, 0, takenOver(cur)
+			}
 			return nil, 0, err
 		}
 		v, err := lh.c.md.Ledgers().Update(ctx, lh.id, next, version)

@@ -347,6 +347,12 @@ func (lh *Ledger) readLAC(ctx context.Context, md *metadata.LedgerMetadata, fenc
 				if err != nil {
 					lh.c.log.Warn("bad last entry from bookie", "ledger", lh.id, "bookie", last.Bookies[r.replica], "err", err)
 					firstErr = cmpErr(firstErr, fmt.Errorf("bookie %s: %w", last.Bookies[r.replica], err))
+					// Its LAC is unknown, but an EOK to a fencing read means it is fenced (the
+					// bookie answers once the fence is durable): it counts for the fence.
+					known[r.replica] = fence
+					if fence && covered() {
+						return res, nil
+					}
 					continue
 				}
 				known[r.replica] = true

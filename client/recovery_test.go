@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -397,4 +398,71 @@ func TestRecoveryRetriesAQuarantinedBookieWhenNeeded(t *testing.T) {
 		t.Fatalf("closed at %d, want 25", last)
 	}
 	checkEntries(t, rh, 25)
+}
+
+// TestRecoveryWithACorruptFencedReplicaAndABookieDown: (3,3,2), one bookie down and another
+// answering with damaged entries. That one answered the fencing read with EOK, so it is fenced
+// (only its LAC is unknown): recovery must complete from the third bookie and keep every entry.
+func TestRecoveryWithACorruptFencedReplicaAndABookieDown(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	ctx := context.Background()
+	lh := createLedger(t, newClient(t, c, nil), 3, 3, 2)
+	appendN(t, lh, 30)
+	ens := lh.Metadata().Ensembles[0].Bookies
+	bad, down := ens[0], ens[2]
+	if err := c.StopBookie(ctx, slices.Index(c.BookieAddrs(), down)); err != nil {
+		t.Fatal(err)
+	}
+	r := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
+		return &faultConn{inner: conn, addr: addr, corruptReads: addr == bad}
+	})
+	rh, err := r.OpenLedger(ctx, lh.ID(), password, true)
+	if err != nil {
+		t.Fatalf("recovery: %v", err)
+	}
+	if md := rh.Metadata(); md.State != metadata.StateClosed || md.LastEntryID != 29 {
+		t.Fatalf("closed at %d (%v), want 29", md.LastEntryID, md.State)
+	}
+	checkEntries(t, rh, 29)
+}
+
+// TestFencedWriterLearnsItWasFenced: after a recoverer closed the ledger, the writer's next add
+// fails first on a bookie that errors, before the fenced bookies answer. With a spare bookie
+// (the ensemble change finds the ledger closed) or without (no replacement), the writer must
+// learn that it was fenced, and so must its Close.
+func TestFencedWriterLearnsItWasFenced(t *testing.T) {
+	for _, n := range []int{3, 4} {
+		t.Run(fmt.Sprint(n, " bookies"), func(t *testing.T) {
+			c := clustertest.Start(t, n)
+			ctx := context.Background()
+			var conns sync.Map
+			w := newClient(t, c, wrapConns(&conns))
+			waitWritable(t, w, n)
+			lh := createLedger(t, w, 3, 3, 2)
+			appendN(t, lh, 10)
+			if _, err := newClient(t, c, nil).OpenLedger(ctx, lh.ID(), password, true); err != nil {
+				t.Fatal(err)
+			}
+			ens := lh.Metadata().Ensembles[0].Bookies
+			var held []*faultConn
+			for _, b := range ens {
+				f := faultConnOf(t, w, &conns, b)
+				holdAdds(f)
+				held = append(held, f)
+			}
+			done := make(chan error, 1)
+			lh.AppendAsync(payload(lh.ID(), 10), func(_ int64, err error) { done <- err })
+			time.Sleep(50 * time.Millisecond)
+			held[2].failAdds() // this error arrives first
+			time.Sleep(300 * time.Millisecond)
+			held[0].releaseAdds() // the fenced bookies' answers come later
+			held[1].releaseAdds()
+			if err := <-done; !errors.Is(err, ErrLedgerFenced) {
+				t.Errorf("append after the ledger was recovered: %v, want ErrLedgerFenced", err)
+			}
+			if err := lh.Close(ctx); !errors.Is(err, ErrLedgerFenced) {
+				t.Errorf("Close of the fenced writer: %v, want ErrLedgerFenced", err)
+			}
+		})
+	}
 }
