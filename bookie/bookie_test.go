@@ -274,7 +274,10 @@ zkServers=localhost:2181
 		cfg.Engine.Journal.MaxGroupWait != time.Millisecond || cfg.Engine.WriteCacheMaxSize != 64<<20 || cfg.Engine.Journal.SyncData {
 		t.Fatalf("config %+v", cfg)
 	}
-	for _, bad := range []string{"bookiePort=abc", "journalSyncData=maybe", "journalIOEngine=aio", "diskUsageThreshold=x"} {
+	for _, bad := range []string{"bookiePort=abc", "journalSyncData=maybe", "journalIOEngine=aio", "diskUsageThreshold=x",
+		// NaN passes every range check; sizes whose bytes overflow would wrap to small ones.
+		"diskUsageThreshold=NaN", "minorCompactionThreshold=+Inf", "dbStorage_writeCacheMaxSizeMb=17592186044480",
+		"journalMaxSizeMB=17592186044480", "gcWaitTime=9223372036854775807"} {
 		props, _ := ParseProperties(strings.NewReader(bad))
 		c := DefaultConfig()
 		if _, err := c.Apply(props); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), strings.Split(bad, "=")[0]) {
@@ -285,6 +288,11 @@ zkServers=localhost:2181
 	c.DiskUsageLwmThreshold = 0.99
 	if err := c.Validate(); !errors.Is(err, ErrBadConfig) {
 		t.Errorf("lwm above threshold: %v", err)
+	}
+	c = DefaultConfig()
+	c.BookiePort = 0 // the bookie id, registered and in the cookie, names the port
+	if err := c.Validate(); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("bookiePort 0: %v", err)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -91,8 +92,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrBadConfig}, args...)...)
 	}
 	switch {
-	case c.BookiePort < 0 || c.BookiePort > 65535:
-		return bad("bookiePort %d is not a port", c.BookiePort)
+	case c.BookiePort < 1 || c.BookiePort > 65535:
+		// Not 0 either: the bookie id (cookie, registration) names the port.
+		return bad("bookiePort %d is not a port in [1, 65535]", c.BookiePort)
 	case c.TLSPort < 0 || c.TLSPort > 65535:
 		return bad("tlsPort %d is not a port", c.TLSPort)
 	case c.TLSPort != 0 && (c.TLSCertificatePath == "" || c.TLSKeyPath == ""):
@@ -138,9 +140,21 @@ func int64Key(f func(c *Config) *int64, unit int64) setter {
 		if err != nil {
 			return fmt.Errorf("not an integer")
 		}
+		if err := checkScale(n, unit); err != nil {
+			return err
+		}
 		*f(c) = n * unit
 		return nil
 	}
+}
+
+// checkScale refuses a value whose size in the key's unit overflows (it would wrap to a small
+// or negative one).
+func checkScale(n, unit int64) error {
+	if n > math.MaxInt64/unit || n < math.MinInt64/unit {
+		return fmt.Errorf("%d is out of range", n)
+	}
+	return nil
 }
 
 func boolKey(f func(c *Config) *bool) setter {
@@ -157,8 +171,8 @@ func boolKey(f func(c *Config) *bool) setter {
 func floatKey(f func(c *Config) *float64) setter {
 	return func(c *Config, v string) error {
 		x, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return fmt.Errorf("not a number")
+		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+			return fmt.Errorf("not a finite number")
 		}
 		*f(c) = x
 		return nil
@@ -170,6 +184,9 @@ func durationKey(f func(c *Config) *time.Duration, unit time.Duration) setter {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
 			return fmt.Errorf("not an integer")
+		}
+		if err := checkScale(n, int64(unit)); err != nil {
+			return err
 		}
 		*f(c) = time.Duration(n) * unit
 		return nil

@@ -352,7 +352,21 @@ func StoredEntryIDs(stored []byte) (ledgerID, entryID int64, err error) {
 	if len(stored) < storedEntryHeader {
 		return 0, 0, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrBadEntry, len(stored), storedEntryHeader)
 	}
-	return int64(binary.BigEndian.Uint64(stored)), int64(binary.BigEndian.Uint64(stored[8:])), nil
+	ledgerID, entryID = int64(binary.BigEndian.Uint64(stored)), int64(binary.BigEndian.Uint64(stored[8:]))
+	if ledgerID < 0 || entryID < 0 {
+		// The index cannot hold them: stored, one would fail every later checkpoint.
+		return 0, 0, fmt.Errorf("%w: negative id: ledger %d entry %d", ErrBadEntry, ledgerID, entryID)
+	}
+	return ledgerID, entryID, nil
+}
+
+// checkLedgerID refuses a negative ledger id (a fence or LAC record for one would fail every
+// later checkpoint).
+func checkLedgerID(ledgerID int64) error {
+	if ledgerID < 0 {
+		return fmt.Errorf("%w: negative ledger id %d", ErrBadEntry, ledgerID)
+	}
+	return nil
 }
 
 // Add stores an entry (a BookKeeper stored entry: ledgerId, entryId, LAC, length, digest,
@@ -394,6 +408,11 @@ func (e *Engine) add(masterKey, stored []byte, recovery bool, done func(ctx any,
 	if err != nil {
 		return err
 	}
+	// Under addMu from the fenced check to the journal: a fence either comes first (the add is
+	// refused) or journals its record after this one, so no add that is not a recovery add is
+	// acknowledged after the fence is durable.
+	l.addMu.Lock()
+	defer l.addMu.Unlock()
 	if l.fenced.Load() && !recovery {
 		return fmt.Errorf("%w: ledger %d", ErrFenced, ledgerID)
 	}
@@ -443,6 +462,9 @@ func (e *Engine) ledgerForWrite(ledgerID int64, masterKey []byte) (*ledgerInfo, 
 // of the old writer is refused here too) and calls done once the fence is durable. Fencing is
 // permanent and idempotent.
 func (e *Engine) Fence(ledgerID int64, masterKey []byte, done func(ctx any, err error), ctx any) error {
+	if err := checkLedgerID(ledgerID); err != nil {
+		return err
+	}
 	if err := e.Err(); err != nil {
 		return err
 	}
@@ -450,6 +472,11 @@ func (e *Engine) Fence(ledgerID int64, masterKey []byte, done func(ctx any, err 
 	if err != nil {
 		return err
 	}
+	// Adds that passed their fenced check have journaled their records once addMu is free;
+	// later ones see the fence. The fence record goes to the same journal after them.
+	l.addMu.Lock()
+	l.fenced.Store(true)
+	l.addMu.Unlock()
 	l.mu.Lock()
 	if l.fenceDurable {
 		l.mu.Unlock()
@@ -459,7 +486,6 @@ func (e *Engine) Fence(ledgerID int64, masterKey []byte, done func(ctx any, err 
 	// Waiters mean a fence record is on its way; none (and not durable) means none is, also
 	// after an earlier record failed: send one.
 	first := len(l.fenceWaiters) == 0
-	l.fenced.Store(true)
 	l.fenceWaiters = append(l.fenceWaiters, func(err error) { done(ctx, err) })
 	l.mu.Unlock()
 	e.dir(ledgerID).markDirty(l)
@@ -500,6 +526,9 @@ func (e *Engine) Fence(ledgerID int64, masterKey []byte, done func(ctx any, err 
 // SetExplicitLAC stores an explicit last-add-confirmed packet and calls done once it is
 // durable.
 func (e *Engine) SetExplicitLAC(ledgerID int64, masterKey, lacPacket []byte, done func(ctx any, err error), ctx any) error {
+	if err := checkLedgerID(ledgerID); err != nil {
+		return err
+	}
 	if err := e.Err(); err != nil {
 		return err
 	}
@@ -561,6 +590,9 @@ func (e *Engine) CheckMasterKey(ledgerID int64, key []byte) error {
 // the write cache, the half being flushed, the read cache, then index and entry log. A damaged
 // entry is an ErrIO, never ErrNoEntry.
 func (e *Engine) Read(ledgerID, entryID int64, dst []byte) ([]byte, error) {
+	if ledgerID < 0 || entryID < -1 {
+		return dst, fmt.Errorf("%w: read of ledger %d entry %d", ErrBadEntry, ledgerID, entryID)
+	}
 	if e.ledgers.get(ledgerID) == nil {
 		return dst, fmt.Errorf("%w: %d", ErrNoLedger, ledgerID)
 	}

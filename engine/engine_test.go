@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -339,5 +342,94 @@ func TestFenceAfterAFailedFenceRecord(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("fence %d never completed", i)
 		}
+	}
+}
+
+// TestNegativeIDsAreRefused: adds, fences and reads with negative ids are bad requests. Stored,
+// such an entry used to fail every later checkpoint (the index cannot hold it), so every add
+// of every client failed with EIO, and the bookie could not restart.
+func TestNegativeIDsAreRefused(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := testConfig(t, fs, 1)
+	e := openTest(t, cfg)
+	if err := addSync(e, testKey, storedEntry(1, 0), false); err != nil {
+		t.Fatal(err)
+	}
+	for _, ids := range [][2]int64{{2, -5}, {-7, 0}} {
+		if err := addSync(e, testKey, storedEntry(ids[0], ids[1]), false); !errors.Is(err, ErrBadEntry) {
+			t.Errorf("add %d/%d: %v, want ErrBadEntry", ids[0], ids[1], err)
+		}
+	}
+	if err := fenceSync(e, -3, testKey); !errors.Is(err, ErrBadEntry) {
+		t.Errorf("fence of ledger -3: %v, want ErrBadEntry", err)
+	}
+	if _, err := e.Read(1, -5, nil); !errors.Is(err, ErrBadEntry) {
+		t.Errorf("read of entry -5: %v, want ErrBadEntry", err)
+	}
+	if err := e.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if err := addSync(e, testKey, storedEntry(1, 1), false); err != nil {
+		t.Fatalf("an add after the refused ones: %v", err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = openTest(t, cfg)
+	defer e.Close()
+	mustRead(t, e, 1, 1)
+}
+
+// TestNoAddIsAcknowledgedAfterTheFence: adds racing a fence are either refused or journaled
+// before the fence record, so none that is not a recovery add is acknowledged after the fence
+// is durable (the fenced check and the journal append were not atomic with Fence).
+func TestNoAddIsAcknowledgedAfterTheFence(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := testConfig(t, fs, 1)
+	cfg.WriteCacheMaxSize = 64 << 20
+	e := openTest(t, cfg)
+	defer e.Close()
+	rounds := int64(100)
+	if testing.Short() {
+		rounds = 20
+	}
+	var seq, late atomic.Int64 // callbacks run in journal order, on one goroutine
+	for ledger := int64(1); ledger <= rounds && late.Load() == 0; ledger++ {
+		if err := addSync(e, testKey, storedEntry(ledger, 0), false); err != nil {
+			t.Fatal(err)
+		}
+		var fencedAt, next atomic.Int64
+		fencedAt.Store(math.MaxInt64)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					_ = e.Add(testKey, storedEntry(ledger, next.Add(1)), false, func(_ any, err error) {
+						if s := seq.Add(1); err == nil && s > fencedAt.Load() {
+							late.Add(1)
+						}
+					}, nil)
+				}
+			})
+		}
+		for next.Load() < 50 {
+			runtime.Gosched()
+		}
+		done := make(chan struct{})
+		if err := e.Fence(ledger, testKey, func(_ any, err error) { fencedAt.Store(seq.Add(1)); close(done) }, nil); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		close(stop)
+		wg.Wait()
+	}
+	if n := late.Load(); n > 0 {
+		t.Fatalf("%d adds acknowledged after the ledger's fence was durable", n)
 	}
 }

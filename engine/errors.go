@@ -12,7 +12,7 @@ var (
 	ErrTooManyRequests = errors.New("engine: write cache full")               // ETOOMANYREQUESTS
 	ErrReadOnly        = errors.New("engine: bookie is read-only")            // EREADONLY
 	ErrClosed          = errors.New("engine: closed")                         // EIO
-	ErrBadEntry        = errors.New("engine: malformed stored entry")         // EBADREQ
+	ErrBadEntry        = errors.New("engine: malformed entry or bad id")      // EBADREQ
 	ErrCookie          = errors.New("engine: cookie check failed")            // startup
 	ErrBadConfig       = errors.New("engine: bad config")                     // startup
 	ErrFailed          = errors.New("engine: storage failed; restart needed") // EIO, sticky

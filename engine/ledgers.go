@@ -19,6 +19,10 @@ type ledgerInfo struct {
 	// keyReady is closed once the ledger-key record is queued in the journal, so that no data
 	// record of the ledger can precede it there.
 	keyReady chan struct{}
+	// addMu orders adds against fencing: held from an add's fenced check until its record is
+	// queued in the journal, and by Fence while it sets fenced. Never taken by journal
+	// callbacks, so holding it while Append waits for queue room cannot deadlock.
+	addMu sync.Mutex
 
 	// mu guards the fields below.
 	mu          sync.Mutex

@@ -44,6 +44,13 @@ func (e *Engine) replay() error {
 // apply applies one replayed record. It reports false for records it skips: records of ledgers
 // deleted since (their key is gone from both journal range and index).
 func (e *Engine) apply(r *journal.Record) (bool, error) {
+	if r.LedgerID < 0 || r.Type == journal.RecordData && r.EntryID < 0 {
+		// Older builds journaled such records from hostile requests; the index cannot hold
+		// them, and no client can have been acknowledged for them usefully.
+		e.log.Warn("replay: skipping a journal record with a negative id", "ledger", r.LedgerID, "entry", r.EntryID,
+			"file", journal.FileName(r.FileID), "offset", r.Offset)
+		return false, nil
+	}
 	switch r.Type {
 	case journal.RecordLedgerKey:
 		l := e.ledgers.load(r.LedgerID, r.Payload)

@@ -89,6 +89,10 @@ func appendBatchError(dst []byte, r *protocol.BatchReadRequest, rc protocol.Retu
 
 func (cc *connState) handleAdd(r *protocol.AddRequest) {
 	s := cc.srv
+	if r.LedgerID < 0 || r.EntryID < 0 {
+		cc.immediate = r.AppendResponse(cc.immediate, protocol.EBADREQ)
+		return
+	}
 	if !r.IsRecoveryAdd() && !r.IsHighPriority() && s.storage.ReadOnly() {
 		cc.immediate = r.AppendResponse(cc.immediate, protocol.EREADONLY)
 		return
@@ -151,6 +155,16 @@ func (s *Server) completeAdd(ctx any, err error) {
 
 func (cc *connState) handleRead(r *protocol.ReadRequest) {
 	s := cc.srv
+	if r.EntryID < protocol.LastAddConfirmedEntryID || r.LedgerID < 0 {
+		cc.immediate, _ = r.AppendResponse(cc.immediate, protocol.EBADREQ, nil)
+		return
+	}
+	if r.IsFencing() && !r.HasMasterKey {
+		// BookKeeper: "Password not provided, Not safe to fence". Fencing under no key would
+		// also create the ledger here with an empty one, locking its writer out.
+		cc.immediate, _ = r.AppendResponse(cc.immediate, protocol.EUA, nil)
+		return
+	}
 	if !r.IsFencing() && r.EntryID >= 0 {
 		start := len(cc.immediate)
 		buf, _ := r.AppendResponse(cc.immediate, protocol.EOK, nil)
@@ -169,8 +183,12 @@ func (cc *connState) handleRead(r *protocol.ReadRequest) {
 }
 
 func (cc *connState) handleBatchRead(r *protocol.BatchReadRequest) {
-	if r.StartEntryID < protocol.LastAddConfirmedEntryID {
+	if r.StartEntryID < protocol.LastAddConfirmedEntryID || r.LedgerID < 0 {
 		cc.immediate = appendBatchError(cc.immediate, r, protocol.EBADREQ)
+		return
+	}
+	if r.IsFencing() && !r.HasMasterKey {
+		cc.immediate = appendBatchError(cc.immediate, r, protocol.EUA)
 		return
 	}
 	t := cc.srv.newReadTask(cc, r.Header)

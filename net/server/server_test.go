@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -665,4 +666,49 @@ func TestBigEntries(t *testing.T) {
 			t.Fatal("1 MiB entry read back differently")
 		}
 	})
+}
+
+// TestKeylessFencingReadIsRefused: a fencing read without a master key (a version-1 request)
+// is answered EUA, as BookKeeper does, and fences nothing: fencing under an empty key would
+// also create the ledger with it and lock the writer out.
+func TestKeylessFencingReadIsRefused(t *testing.T) {
+	env := startEnv(t)
+	c := env.dial(t)
+	frame := make([]byte, 4+4+16)
+	binary.BigEndian.PutUint32(frame, uint32(len(frame)-4))
+	binary.BigEndian.PutUint32(frame[4:], protocol.Header{Version: 1, Op: protocol.OpReadEntry, Flags: protocol.FlagDoFencing}.Uint32())
+	binary.BigEndian.PutUint64(frame[8:], 7)
+	lac := protocol.LastAddConfirmedEntryID
+	binary.BigEndian.PutUint64(frame[16:], uint64(lac))
+	if err := c.SendRaw(frame); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Read.RC != protocol.EUA || env.storage.IsFenced(7) {
+		t.Fatalf("key-less fencing read answered %v (want EUA); ledger fenced: %v", resp.Read.RC, env.storage.IsFenced(7))
+	}
+	if rc, err := c.Add(keyA, entry(7, 0, "x"), 0); err != nil || rc != protocol.EOK {
+		t.Fatalf("the writer's add after it: %v, %v", rc, err)
+	}
+}
+
+// TestNegativeIDsAreBadRequests: adds with negative ids and reads below entry -1 are answered
+// EBADREQ before they reach storage.
+func TestNegativeIDsAreBadRequests(t *testing.T) {
+	env := startEnv(t)
+	c := env.dial(t)
+	for _, ids := range [][2]int64{{1, -5}, {-7, 0}} {
+		if rc, err := c.Add(keyA, entry(ids[0], ids[1], "x"), 0); err != nil || rc != protocol.EBADREQ {
+			t.Errorf("add %d/%d: %v, %v; want EBADREQ", ids[0], ids[1], rc, err)
+		}
+	}
+	if rc, _, err := c.Read(1, -5); err != nil || rc != protocol.EBADREQ {
+		t.Errorf("read of entry -5: %v, %v; want EBADREQ", rc, err)
+	}
 }
