@@ -184,12 +184,29 @@ func (lh *Ledger) Append(ctx context.Context, data []byte) (int64, error) {
 // have it, or with an error (id -1; an append refused at once is called back after the adds
 // before it). A refused append (ErrEntryTooLarge, ErrTooManyPendingAdds) takes no entry id
 // and the adds after it may succeed: a caller that needs its appends in order stops at the
-// first error. Calls come strictly in entry order. done must not block: it runs on a
-// connection's goroutine, or on this one. data must not change until done is called. done may call
-// AppendAsync to keep a pipeline full; AppendAsync waits only when a bookie's send queue is
-// full (transport's MaxQueuedBytesPerConn, 16 MiB by default), which would stall that
-// connection's responses meanwhile.
+// first error, or uses TryAppendAsync. Calls come strictly in entry order. done must not
+// block: it runs on a connection's goroutine, or on this one. data must not change until done
+// is called. done may call AppendAsync to keep a pipeline full; AppendAsync waits only when a
+// bookie's send queue is full (transport's MaxQueuedBytesPerConn, 16 MiB by default), which
+// would stall that connection's responses meanwhile.
 func (lh *Ledger) AppendAsync(data []byte, done func(entryID int64, err error)) {
+	if _, refused := lh.TryAppendAsync(data, done); refused != nil {
+		lh.mu.Lock()
+		// Called back in order: queued behind the adds still pending (popLocked delivers it
+		// after them; it has no entry and no send).
+		op := lh.ops.Get().(*addOp)
+		op.entryID, op.done, op.err, op.completed = -1, done, refused, true
+		op.sendState.Store(sendIssued)
+		lh.pending = append(lh.pending, op)
+		lh.deliverLocked(lh.popLocked(nil))
+	}
+}
+
+// TryAppendAsync is AppendAsync for callers that must know at once whether the append took an
+// entry id: it returns the id, and done is called as for AppendAsync; or, for an append
+// refused at once (ErrEntryTooLarge, ErrTooManyPendingAdds, ErrReadOnly, a closed or failed
+// handle), it returns the error and done is never called.
+func (lh *Ledger) TryAppendAsync(data []byte, done func(entryID int64, err error)) (int64, error) {
 	var refused error
 	switch limit := lh.c.maxPayload(lh.dg); {
 	case lh.readOnly:
@@ -204,17 +221,13 @@ func (lh *Ledger) AppendAsync(data []byte, done func(entryID int64, err error)) 
 	if refused == nil && !lh.c.takeAddPermit() {
 		refused = fmt.Errorf("%w: %d in flight", ErrTooManyPendingAdds, lh.c.cfg.MaxPendingAdds)
 	}
-	op := lh.ops.Get().(*addOp)
 	if refused != nil {
-		// Called back in order: queued behind the adds still pending (popLocked delivers it
-		// after them; it has no entry and no send).
-		op.entryID, op.done, op.err, op.completed = -1, done, refused, true
-		op.sendState.Store(sendIssued)
-		lh.pending = append(lh.pending, op)
-		lh.deliverLocked(lh.popLocked(nil))
-		return
+		lh.mu.Unlock()
+		return -1, refused
 	}
+	op := lh.ops.Get().(*addOp)
 	op.entryID = lh.nextEntry
+	id := op.entryID // op may be recycled once done has run
 	lh.nextEntry++
 	lh.length += int64(len(data))
 	op.length = lh.length
@@ -237,7 +250,7 @@ func (lh *Ledger) AppendAsync(data []byte, done func(entryID int64, err error)) 
 		op.sendState.Store(sendIssued) // the ensemble change sends it, before any callback
 		lh.unsent = append(lh.unsent, op)
 		lh.mu.Unlock()
-		return
+		return id, nil
 	}
 	// Room on the stack for common write quorums: zeroing maxWriteQuorum targets per add was
 	// 1% of the client's CPU at (1,1,1).
@@ -256,6 +269,7 @@ func (lh *Ledger) AppendAsync(data []byte, done func(entryID int64, err error)) 
 		op.sendState.Store(sendIssued)
 		lh.deliverLocked(lh.popLocked(nil))
 	}
+	return id, nil
 }
 
 // commonWriteQuorum is the largest write quorum whose adds keep their send list on the stack.

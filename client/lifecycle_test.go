@@ -665,6 +665,10 @@ func TestTooManyPendingAddsAreRefused(t *testing.T) {
 	appendTo(b, "b")
 	appendTo(a, "a") // over the bound: refused
 	appendTo(b, "b") // the bound is the client's, not the ledger's
+	// TryAppendAsync says so at once, and never calls back.
+	if id, err := a.TryAppendAsync([]byte("a"), func(int64, error) { results <- "try called back" }); !errors.Is(err, ErrTooManyPendingAdds) || id != -1 {
+		t.Fatalf("TryAppendAsync over the bound: %d, %v", id, err)
+	}
 	select {
 	case r := <-results:
 		t.Fatalf("%q called back before the adds before it", r)
@@ -692,15 +696,27 @@ func TestTooManyPendingAddsAreRefused(t *testing.T) {
 	if n := cl.pendingAdds.Load(); n != 0 {
 		t.Fatalf("%d adds counted in flight after all completed", n)
 	}
-	// The refusal took no entry id and failed nothing.
+	// The refusals took no entry id and failed nothing.
 	if id, err := a.Append(ctx, []byte("a")); err != nil || id != 2 {
 		t.Fatalf("append after a refusal: id %d, %v; want 2", id, err)
+	}
+	tried := make(chan error, 1)
+	if id, err := a.TryAppendAsync([]byte("a"), func(_ int64, err error) { tried <- err }); err != nil || id != 3 {
+		t.Fatalf("TryAppendAsync: %d, %v; want 3", id, err)
+	}
+	if err := <-tried; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-results:
+		t.Fatalf("unexpected callback %q", r)
+	default:
 	}
 	if err := a.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if md := a.Metadata(); len(md.Ensembles) != 1 || md.LastEntryID != 2 {
-		t.Fatalf("after close: %d ensembles, last entry %d; want 1 and 2", len(md.Ensembles), md.LastEntryID)
+	if md := a.Metadata(); len(md.Ensembles) != 1 || md.LastEntryID != 3 {
+		t.Fatalf("after close: %d ensembles, last entry %d; want 1 and 3", len(md.Ensembles), md.LastEntryID)
 	}
 }
 

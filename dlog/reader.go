@@ -205,6 +205,9 @@ func (r *Reader) fill(ctx context.Context) error {
 	retries := 0
 	for {
 		err := r.step(ctx)
+		if err != nil && !errors.Is(err, errWait) && len(r.buf) > 0 {
+			return nil // the records read before the failing entry come first; it fails again next
+		}
 		switch {
 		case err == nil:
 			if len(r.buf) > 0 {

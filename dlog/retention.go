@@ -10,17 +10,18 @@ import (
 
 // Truncate marks the records before d deletable: readers can no longer be opened before d,
 // and the segments whose records all lie before it are deleted with their ledgers (now, and
-// by later retention passes). The truncation point never moves back; d may not be past the
-// segment being written.
+// by later retention passes). The truncation point never moves back; d may not be past what
+// the writer has written (the next entry of the segment being written).
 func (w *Writer) Truncate(ctx context.Context, d DLSN) error {
 	w.mu.Lock()
-	err, active := w.err, w.seg.meta.SeqNo
+	err, active, next := w.err, w.seg.meta.SeqNo, w.seg.nextEntry
 	w.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	if d.SegmentSeqNo > active {
-		return fmt.Errorf("%w: log %s: truncate at %s, the writer is in segment %d", ErrTruncateBeyondEnd, w.log.name, d.Text(), active)
+	if d.SegmentSeqNo > active || d.SegmentSeqNo == active && d.EntryID > next {
+		// Past the end: records written later would be hidden from readers, and purged.
+		return fmt.Errorf("%w: log %s: truncate at %s, the writer is at %d/%d", ErrTruncateBeyondEnd, w.log.name, d.Text(), active, next)
 	}
 	w.metaMu.Lock()
 	if w.meta.truncation.Less(d) {

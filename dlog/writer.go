@@ -92,6 +92,8 @@ type Writer struct {
 	// them until a later entry carries the last-add-confirmed.
 	inflight, dataInFlight int
 	lastSentData           bool
+	// retryAt holds sends back after the client refused one for too many adds in flight.
+	retryAt time.Time
 	// visible: entries up to it are confirmed to readers; lastDataAcked is the newest
 	// acknowledged entry holding records.
 	visible, lastDataAcked position
@@ -135,6 +137,10 @@ type batch struct {
 	entryID    int64
 	carriedLAC int64
 	complete   func(entryID int64, err error)
+	// prevSeg and prevLastSentData are the state before the batch took its place in the
+	// segment, given back if the client refuses the append (see refused).
+	prevSeg          segWriter
+	prevLastSentData bool
 }
 
 func (w *Writer) newBatch() *batch {
@@ -463,6 +469,9 @@ func (w *Writer) nextLocked(now time.Time) action {
 		w.cond.Broadcast()
 		return action{kind: actExit, failed: failed, err: w.err}
 	}
+	if now.Before(w.retryAt) {
+		return action{kind: actWait, deadline: w.retryAt}
+	}
 	var b *batch
 	fromOpen := false
 	period := w.cfg.PeriodicFlushFrequency
@@ -515,6 +524,7 @@ func (w *Writer) rollDueLocked(now time.Time) bool {
 // prepareLocked gives a data batch its place in the segment.
 func (w *Writer) prepareLocked(b *batch) {
 	s := w.seg
+	b.prevSeg, b.prevLastSentData = *s, w.lastSentData
 	if s.firstTxID == -1 {
 		s.firstTxID = b.firstTxID
 	}
@@ -534,6 +544,7 @@ func (w *Writer) controlLocked() *batch {
 	s := w.seg
 	b := w.newBatch()
 	b.control = true
+	b.prevSeg, b.prevLastSentData = *s, w.lastSentData
 	b.hdr = entryHeader{control: true, recordsBefore: s.records, firstTxID: s.firstTxID, lastTxID: s.lastTxID}
 	b.lh, b.seq, b.entryID = s.lh, s.meta.SeqNo, s.nextEntry
 	s.nextEntry++
@@ -547,7 +558,36 @@ func (w *Writer) controlLocked() *batch {
 func (w *Writer) send(b *batch) {
 	sealEnvelope(b.buf, b.hdr)
 	b.carriedLAC = b.lh.LastAddConfirmed()
-	b.lh.AppendAsync(b.buf, b.complete)
+	if _, err := b.lh.TryAppendAsync(b.buf, b.complete); err != nil {
+		w.refused(b, err)
+	}
+}
+
+// refusedRetryDelay is how long the owner waits before sending again a batch the client
+// refused because it had too many adds in flight (a bound all logs of its namespace share).
+const refusedRetryDelay = 5 * time.Millisecond
+
+// refused gives back the place of a batch the client refused at once, which took no entry id:
+// the next batch must not take its place with a header that counts its records. The batch is
+// sent again after refusedRetryDelay when the client had too many adds in flight; any other
+// refusal (an entry too large for the client's frame limit, a failed ledger) fails the writer,
+// and the batch's records with it.
+func (w *Writer) refused(b *batch, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	*w.seg, w.lastSentData = b.prevSeg, b.prevLastSentData
+	w.inflight--
+	if b.control {
+		w.recycle(b) // rebuilt when due
+	} else {
+		w.dataInFlight--
+		w.sealed = append([]*batch{b}, w.sealed...)
+	}
+	if errors.Is(err, client.ErrTooManyPendingAdds) {
+		w.retryAt = time.Now().Add(refusedRetryDelay)
+		return
+	}
+	w.setErrLocked(w.ledgerErr(b.seq, err))
 }
 
 // onComplete is the ledger's callback for the batch's entry.

@@ -1,0 +1,234 @@
+package dlog
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/client"
+	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
+)
+
+// clientWith opens a client on the cluster at uri, with its config changed by change.
+func clientWith(t *testing.T, uri string, change func(*client.Config)) *client.Client {
+	t.Helper()
+	cfg := client.DefaultConfig(uri)
+	change(&cfg)
+	cl, err := client.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// readAcked reads l from its head until txID last and checks that every acknowledged record is
+// read, once, at the DLSN it was acknowledged at.
+func readAcked(t *testing.T, ctx context.Context, l *Log, a *acks, last int64) {
+	t.Helper()
+	r, err := l.OpenReader(ctx, Head())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	seen := map[int64]bool{}
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		rec, err := r.Next(rctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("reader after %d records: %v", len(seen), err)
+		}
+		if want, ok := a.byTx[rec.TxID]; ok && want != rec.DLSN {
+			t.Fatalf("tx %d read at %s, acknowledged at %s", rec.TxID, rec.DLSN.Text(), want.Text())
+		}
+		if seen[rec.TxID] {
+			t.Fatalf("tx %d read twice", rec.TxID)
+		}
+		seen[rec.TxID] = true
+		if rec.TxID == last {
+			break
+		}
+	}
+	for tx := range a.byTx {
+		if !seen[tx] {
+			t.Fatalf("acknowledged tx %d not read", tx)
+		}
+	}
+}
+
+// TestEntryRefusedByTheClient: a batch the client refuses at once (here: over its frame limit)
+// takes no entry id. The batches after it must not take its place with a header that counts its
+// records: the writer fails cleanly, and the log stays readable to its end after failover.
+func TestEntryRefusedByTheClient(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	cl := clientWith(t, c.MetadataURI(), func(cfg *client.Config) { cfg.Transport.MaxFrameSize = 64 << 10 })
+	ncfg := testConfig()
+	ncfg.ImmediateFlush = true
+	ns := newNamespace(t, cl, ncfg)
+	ctx := ctxFor(t, 60*time.Second)
+	l, err := ns.CreateLog(ctx, "refused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := l.OpenWriter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAcks()
+	for tx := int64(1); tx <= 200; tx++ {
+		p := payloadFor(tx, 100)
+		if tx == 100 {
+			p = make([]byte, 100<<10) // under MaxRecordSize, over the client's entry limit
+		}
+		w.WriteAsync(ctx, Record{TxID: tx, Payload: p}, a.callback(tx))
+	}
+	a.wg.Wait()
+	if !errors.Is(a.failed[100], client.ErrEntryTooLarge) {
+		t.Fatalf("tx 100: %v, want ErrEntryTooLarge", a.failed[100])
+	}
+	w.Close(ctx)
+	w2, err := l.OpenWriter(ctx) // recovers the segment
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := w2.Write(ctx, Record{TxID: 1000, Payload: payloadFor(1000, 100)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.byTx[1000] = d
+	if err := w2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	readAcked(t, ctx, l, a, 1000)
+}
+
+// TestAppendsOverTheClientsBoundAreRetried: the client's bound on adds in flight (shared by
+// every log of a namespace) refuses some of a writer's entries; the writer sends them again
+// later, so every record is acknowledged and read back in place.
+func TestAppendsOverTheClientsBoundAreRetried(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	cl := clientWith(t, c.MetadataURI(), func(cfg *client.Config) { cfg.MaxPendingAdds = 4 })
+	ncfg := testConfig()
+	ncfg.ImmediateFlush = true
+	ncfg.MaxInFlightEntries = 8 // more than the client admits
+	ns := newNamespace(t, cl, ncfg)
+	ctx := ctxFor(t, 60*time.Second)
+	l, err := ns.CreateLog(ctx, "bounded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := l.OpenWriter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAcks()
+	const n = 300
+	for tx := int64(1); tx <= n; tx++ {
+		w.WriteAsync(ctx, Record{TxID: tx, Payload: payloadFor(tx, 100)}, a.callback(tx))
+	}
+	a.wg.Wait()
+	for tx, err := range a.failed {
+		t.Fatalf("%d records failed, e.g. tx %d: %v", len(a.failed), tx, err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	readAcked(t, ctx, l, a, n)
+}
+
+// TestTruncateBeyondTheWritersEnd: a truncation point past what the writer has written in its
+// segment is refused; it would hide the records written after it from readers.
+func TestTruncateBeyondTheWritersEnd(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	ns := newNamespace(t, newClient(t, c), testConfig())
+	ctx := ctxFor(t, 30*time.Second)
+	l, err := ns.CreateLog(ctx, "tbe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := l.OpenWriter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	if _, err := w.Write(ctx, Record{TxID: 1, Payload: payloadFor(1, 10)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Truncate(ctx, DLSN{SegmentSeqNo: 1, EntryID: 1000}); !errors.Is(err, ErrTruncateBeyondEnd) {
+		t.Fatalf("truncate at 1/1000/0 with the writer near entry 1: %v, want ErrTruncateBeyondEnd", err)
+	}
+	d, err := w.Write(ctx, Record{TxID: 2, Payload: payloadFor(2, 10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.OpenReader(ctx, Head())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for want := int64(1); want <= 2; want++ {
+		if rec, err := r.Next(rctx); err != nil || rec.TxID != want {
+			t.Fatalf("record %d (the last at %s) from the head: tx %d, %v", want, d.Text(), rec.TxID, err)
+		}
+	}
+}
+
+// TestReaderReturnsRecordsBeforeAFailingEntry: records decoded before an entry that fails
+// (here: entries that are not envelopes, appended to the in-progress segment's ledger behind
+// the writer's back) are returned first; the error comes when the reader reaches that entry.
+func TestReaderReturnsRecordsBeforeAFailingEntry(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	cl := newClient(t, c)
+	ncfg := testConfig()
+	ncfg.ImmediateFlush = true
+	ns := newNamespace(t, cl, ncfg)
+	ctx := ctxFor(t, 30*time.Second)
+	l, err := ns.CreateLog(ctx, "nexterr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := l.OpenWriter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	const n = 5
+	for tx := int64(1); tx <= n; tx++ {
+		if _, err := w.Write(ctx, Record{TxID: tx, Payload: payloadFor(tx, 100)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segs, err := l.Segments(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lh, err := cl.ReopenLedgerForWrite(ctx, segs[len(segs)-1].LedgerID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second carries the first in its LAC
+		if _, err := lh.Append(ctx, []byte("not an envelope")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := l.OpenReader(ctx, Head())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for tx := int64(1); tx <= n; tx++ {
+		if rec, err := r.Next(ctx); err != nil || rec.TxID != tx {
+			t.Fatalf("record %d: tx %d, %v", tx, rec.TxID, err)
+		}
+	}
+	if _, err := r.Next(ctx); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("the entry that is not an envelope: %v, want ErrCorrupt", err)
+	}
+}
