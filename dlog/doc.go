@@ -28,7 +28,10 @@
 // timer). A single owner goroutine sends the batches in order, at most
 // [Config].MaxInFlightEntries at a time; [Config].MaxOutstandingBytes bounds what Write
 // accepts ahead of the acknowledgements. Records of one entry share the entry's
-// acknowledgement; they complete in the order they were written.
+// acknowledgement; they complete in the order they were written. A batch the client refuses
+// at once takes no entry id, so it gives its place back: it is sent again 5 ms later when the
+// client had too many adds in flight (client.Config.MaxPendingAdds, shared by every log of the
+// namespace), and any other refusal (an entry over the client's frame limit) stops the writer.
 //
 // A reader of a segment being written reads only up to the ledger's last-add-confirmed
 // (LAC), which covers only entries the ack quorum acknowledged. The LAC travels in the next
