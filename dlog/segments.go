@@ -156,11 +156,22 @@ func (w *Writer) startSegment(ctx context.Context, seq int64) (*segWriter, error
 		return nil
 	})
 	if err != nil {
-		w.ns.deleteLedger(context.WithoutCancel(ctx), w.log.name, s.meta)
+		// The commit may have applied all the same (a timeout, a cancelled context): delete the
+		// ledger only once the segment is known not to name it. A leaked empty ledger is
+		// garbage; a segment whose ledger is gone would stop every later writer and reader.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), segmentCheckTimeout)
+		cur, ok, rerr := w.log.segment(rctx, seq)
+		cancel()
+		if rerr == nil && (!ok || cur.LedgerID != s.meta.LedgerID) {
+			w.ns.deleteLedger(context.WithoutCancel(ctx), w.log.name, s.meta)
+		}
 		return nil, err
 	}
 	return s, nil
 }
+
+// segmentCheckTimeout bounds the read that decides whether a failed segment commit applied.
+const segmentCheckTimeout = 5 * time.Second
 
 // completeSegment closes the segment's ledger at its last acknowledged entry and completes
 // the segment's metadata. Nothing may be in flight.

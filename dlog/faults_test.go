@@ -3,11 +3,14 @@ package dlog
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/client"
 	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
+	"github.com/ringkeeper/ringkeeper/metadata"
 )
 
 // clientWith opens a client on the cluster at uri, with its config changed by change.
@@ -230,5 +233,56 @@ func TestReaderReturnsRecordsBeforeAFailingEntry(t *testing.T) {
 	}
 	if _, err := r.Next(ctx); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("the entry that is not an envelope: %v, want ErrCorrupt", err)
+	}
+}
+
+// appliedButFailedKV applies the next commit that creates a segment key, then reports it failed,
+// as a commit whose answer was lost (a timeout) does.
+type appliedButFailedKV struct {
+	metadata.KV
+	armed atomic.Bool
+}
+
+var errLostAnswer = errors.New("test: the commit's answer was lost")
+
+func (k *appliedButFailedKV) Commit(ctx context.Context, guard metadata.Lock, ops ...metadata.KVOp) (metadata.Version, error) {
+	v, err := k.KV.Commit(ctx, guard, ops...)
+	for _, op := range ops {
+		if err == nil && op.Expected == metadata.NoVersion && strings.HasPrefix(op.Key, segmentsPrefix) && k.armed.CompareAndSwap(true, false) {
+			return 0, errLostAnswer
+		}
+	}
+	return v, err
+}
+
+// TestSegmentCommitThatAppliedKeepsItsLedger: a segment commit that applied although it
+// reported an error must not have its ledger deleted (the segment would name a ledger that is
+// gone, and every later writer and reader of the log would stop there).
+func TestSegmentCommitThatAppliedKeepsItsLedger(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	ns := newNamespace(t, newClient(t, c), testConfig())
+	kv := &appliedButFailedKV{KV: ns.kv}
+	ns.kv = kv
+	ctx := ctxFor(t, 30*time.Second)
+	l, err := ns.CreateLog(ctx, "lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv.armed.Store(true)
+	if w, err := l.OpenWriter(ctx); !errors.Is(err, errLostAnswer) {
+		if err == nil {
+			w.Close(ctx)
+		}
+		t.Fatalf("OpenWriter with the segment commit's answer lost: %v", err)
+	}
+	w, err := l.OpenWriter(ctx) // recovers the segment the first one started
+	if err != nil {
+		t.Fatalf("the next writer: %v", err)
+	}
+	if _, err := w.Write(ctx, Record{TxID: 1, Payload: payloadFor(1, 10)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
