@@ -51,7 +51,15 @@ func (g *dirGC) refresh(ctx context.Context) error {
 	if err := d.commitDeletes(); err != nil {
 		return err
 	}
+	if err := d.e.hook(stepGCDeletesCommitted); err != nil {
+		return err
+	}
+	// Under flushMu: a flush finalizes a log (rolling over) before it commits the locations of
+	// what it just wrote there; listed in between, the log would be compacted without them and
+	// removed.
+	d.flushMu.Lock()
 	logs := d.log.CompletedLogs()
+	d.flushMu.Unlock()
 	present := make(map[uint64]bool, len(logs))
 	for _, id := range logs {
 		present[id] = true

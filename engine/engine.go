@@ -79,6 +79,8 @@ const (
 	stepCompactLogSynced
 	stepCompactIndexSynced
 	stepCompactLogRemoved
+	// GC's refresh has committed the queued deletions and is about to list completed logs.
+	stepGCDeletesCommitted
 )
 
 func (e *Engine) hook(step checkpointStep) error {

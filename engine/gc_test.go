@@ -663,3 +663,64 @@ func TestDamagedLogHeaderDoesNotLoseALiveLog(t *testing.T) {
 	}
 	checkLedgers(t, e, ledgers, 200, nil)
 }
+
+// TestCompactionWaitsForAFlushThatFinalizedALog: a checkpoint's flush finalizes the log it
+// rolls over before it commits the locations of what it just wrote there. GC listing completed
+// logs in between compacted that log without those entries, then removed it.
+func TestCompactionWaitsForAFlushThatFinalizedALog(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	checker := newFakeChecker()
+	cfg := gcConfig(t, fs, 1, checker)
+	cfg.ReadAheadBatchSize = 0
+	e := openTest(t, cfg)
+	defer func() { e.Close() }()
+	add := func(l, from, to int64) {
+		for en := from; en < to; en++ {
+			if err := addSync(e, testKey, storedEntry(l, en), false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	add(1, 0, 600) // to be deleted
+	add(2, 0, 60)
+	if err := e.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	checker.delete(1)
+	runGC(t, e, nil) // ledger 1 deleted; log 1 is still the one being written
+	add(3, 0, 500)   // its checkpoint rolls log 1 over
+	finalized, compacting := make(chan struct{}), make(chan struct{})
+	ckpt := make(chan error, 1)
+	var listed, flushed, compacted sync.Once
+	e.setCheckpointHook(func(s checkpointStep) error {
+		switch s {
+		case stepGCDeletesCommitted: // GC is about to list completed logs: flush now
+			listed.Do(func() {
+				go func() { ckpt <- e.Checkpoint() }()
+				<-finalized
+			})
+		case stepEntryLogSynced: // the flush finalized log 1; its locations are not committed
+			flushed.Do(func() {
+				close(finalized)
+				select {
+				case <-compacting: // the old code compacts meanwhile
+				case <-time.After(time.Second):
+				}
+			})
+		case stepCompactChunkReady:
+			compacted.Do(func() { close(compacting) })
+		}
+		return nil
+	})
+	if err := e.RunGC(context.Background(), &GCRequest{ForceMajor: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ckpt; err != nil {
+		t.Fatal(err)
+	}
+	e.setCheckpointHook(nil)
+	e = reopen(t, e, cfg)
+	for en := int64(0); en < 500; en++ {
+		mustRead(t, e, 3, en)
+	}
+}
