@@ -38,6 +38,10 @@ func (p pebbleIndex) LastEntry(ledgerID int64) (int64, bool, error) {
 	return entry, err == nil, err
 }
 
+func (p pebbleIndex) Entries(ledgerID, fromEntry int64, fn func(entryID int64, loc uint64) bool) error {
+	return p.ix.Entries(ledgerID, fromEntry, fn)
+}
+
 func (p pebbleIndex) Ledgers(fn func(int64, ledgerState) bool) error {
 	return p.ix.Ledgers(func(id int64, st index.LedgerState) bool {
 		if !st.Exists || st.Deleted {
@@ -111,7 +115,9 @@ func (a logAdapter) ReadAhead(loc uint64, maxBytes int, fn func(ledgerID, entryI
 
 func (a logAdapter) CompletedLogs() []uint64 { return a.l.CompletedLogs() }
 
-func (a logAdapter) LedgersMap(id uint64) (map[int64]uint64, error) { return a.l.LedgersMap(id) }
+func (a logAdapter) LedgersMap(id uint64) (map[int64]uint64, int64, error) {
+	return a.l.LedgersMapScanned(id)
+}
 
 func (a logAdapter) Scan(id uint64, fn func(ledgerID, entryID int64, entry []byte, loc uint64) error) error {
 	return a.l.Scan(id, func(l, e int64, entry []byte, at entrylog.Location) error {

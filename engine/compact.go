@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/ringkeeper/ringkeeper/entrylog"
 )
 
 // dirGC is one ledger dir's garbage-collection state, used by the run in progress only (under
@@ -76,7 +78,13 @@ func (g *dirGC) refresh(ctx context.Context) error {
 		if g.usage[id] != nil || g.bad[id] != nil {
 			continue
 		}
-		m, err := d.log.LedgersMap(id)
+		m, scannedTo, err := d.log.LedgersMap(id)
+		if err == nil && scannedTo >= 0 {
+			var ierr error
+			if err, ierr = g.checkScannedLog(id, scannedTo); ierr != nil {
+				return ierr
+			}
+		}
 		if err == nil {
 			var size int64
 			if size, err = d.log.Size(id); err == nil {
@@ -95,6 +103,32 @@ func (g *dirGC) refresh(ctx context.Context) error {
 		g.markBad(id, err)
 	}
 	return g.dropDeadLedgers()
+}
+
+// checkScannedLog checks a log whose ledgers map a scan rebuilt (a crash before it was
+// finalized, or a damaged map) against the index: the scan ends at the first invalid record it
+// cannot prove durable, taking damage in the log's last run for a torn tail. A location at or
+// past that end proves the data there was durable: the log is corrupt (bad), and must be neither
+// compacted nor removed. It reads every location of the index, but only for such logs, once.
+func (g *dirGC) checkScannedLog(id uint64, scannedTo int64) (bad, err error) {
+	d := g.d
+	var ierr error
+	err = d.idx.Ledgers(func(ledger int64, _ ledgerState) bool {
+		ierr = d.idx.Entries(ledger, 0, func(entry int64, loc uint64) bool {
+			if at := entrylog.Location(loc); at.LogID() == id && at.Offset() >= scannedTo {
+				bad = fmt.Errorf("%w: entry log %x: the index points at ledger %d entry %d at offset %d, past the end of "+
+					"the valid data a scan found (%d): the damage is in durable data", entrylog.ErrCorrupt, id, ledger, entry,
+					at.Offset(), scannedTo)
+				return false
+			}
+			return true
+		})
+		return ierr == nil && bad == nil
+	})
+	if err = cmp.Or(err, ierr); err != nil {
+		return nil, fmt.Errorf("%w: index of %s: %w", ErrIO, d.path, err)
+	}
+	return bad, nil
 }
 
 // dropDeadLedgers removes the dead ledgers from the cached maps, checking each once against the

@@ -15,8 +15,10 @@ type entryLog interface {
 	ReadAhead(loc uint64, maxBytes int, fn func(ledgerID, entryID int64, entry []byte, loc uint64) bool) error
 	// CompletedLogs lists the logs that are no longer written (ascending ids).
 	CompletedLogs() []uint64
-	// LedgersMap returns a log's ledgers with their bytes in it (from its map or a scan).
-	LedgersMap(id uint64) (map[int64]uint64, error)
+	// LedgersMap returns a log's ledgers with their bytes in it (from its map or a scan), and
+	// where a rebuilding scan found the end of the valid data (-1: the map was read; see
+	// entrylog.EntryLog.LedgersMapScanned).
+	LedgersMap(id uint64) (m map[int64]uint64, scannedTo int64, err error)
 	// Scan calls fn for every entry of a log in file order; entry is valid during the call.
 	Scan(id uint64, fn func(ledgerID, entryID int64, entry []byte, loc uint64) error) error
 	// Size is a log file's size on disk.
@@ -42,6 +44,9 @@ type ledgerState struct {
 type locationIndex interface {
 	Location(ledgerID, entryID int64) (loc uint64, found bool, err error)
 	LastEntry(ledgerID int64) (entryID int64, found bool, err error)
+	// Entries calls fn with the location of each entry of the ledger from fromEntry on, in
+	// entry order, until fn returns false.
+	Entries(ledgerID, fromEntry int64, fn func(entryID int64, loc uint64) bool) error
 	Ledgers(fn func(id int64, st ledgerState) bool) error
 	NewBatch() indexBatch
 	// Warm loads the index into its cache if it fits (see index.Index.Warm); bytes read.

@@ -28,9 +28,10 @@ var errNoMap = errors.New("entrylog: log has no ledgers map")
 // record claims (doc.go). Only the flushed part of a log being written is scanned. Safe for
 // concurrent use.
 func (e *EntryLog) Scan(id uint64, fn func(ledgerID, entryID int64, entry []byte, loc Location) error) error {
-	return e.scan(id, func(rh *recordHeader, payload []byte, off int64) error {
+	_, err := e.scan(id, func(rh *recordHeader, payload []byte, off int64) error {
 		return fn(int64(rh.a), int64(rh.b), payload, NewLocation(id, off))
 	})
+	return err
 }
 
 // LedgersMap returns the ledgers of log id with the bytes of their records in it (header plus
@@ -39,25 +40,35 @@ func (e *EntryLog) Scan(id uint64, fn func(ledgerID, entryID int64, entry []byte
 // or header, a log still being written) it rebuilds the map by scanning, with Scan's rules.
 // Rebuilding reads the whole log: callers should keep the result. Safe for concurrent use.
 func (e *EntryLog) LedgersMap(id uint64) (map[int64]uint64, error) {
-	m, err := e.readLedgersMap(id)
+	m, _, err := e.LedgersMapScanned(id)
+	return m, err
+}
+
+// LedgersMapScanned is LedgersMap that also says where a rebuilding scan found the end of the
+// valid data (scannedTo; -1 when the map was read). Records at or after it were not counted: a
+// torn tail, or damage in the last run of an unfinalized log that nothing after it proves
+// durable, which a caller holding other evidence (an index pointing there) must treat as
+// corruption.
+func (e *EntryLog) LedgersMapScanned(id uint64) (m map[int64]uint64, scannedTo int64, err error) {
+	m, err = e.readLedgersMap(id)
 	if err == nil {
-		return m, nil
+		return m, -1, nil
 	}
 	if errors.Is(err, ErrNoSuchLog) || errors.Is(err, ErrClosed) || !errors.Is(err, ErrCorrupt) && !errors.Is(err, errNoMap) {
-		return nil, err
+		return nil, 0, err
 	}
 	if errors.Is(err, ErrCorrupt) {
 		e.log.Warn("entry log's ledgers map is unusable; rebuilding it by scanning", "err", err)
 	}
 	m = make(map[int64]uint64)
-	err = e.scan(id, func(rh *recordHeader, _ []byte, _ int64) error {
+	scannedTo, err = e.scan(id, func(rh *recordHeader, _ []byte, _ int64) error {
 		m[int64(rh.a)] += uint64(rh.size())
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return m, nil
+	return m, scannedTo, nil
 }
 
 // logReader reads one log for a scan or a map read.
@@ -181,11 +192,12 @@ func (e *EntryLog) readLedgersMap(id uint64) (map[int64]uint64, error) {
 	return m, nil
 }
 
-// scan calls fn for each valid data record of log id (see Scan).
-func (e *EntryLog) scan(id uint64, fn func(rh *recordHeader, payload []byte, off int64) error) error {
+// scan calls fn for each valid data record of log id (see Scan) and returns the offset where
+// the valid data ended.
+func (e *EntryLog) scan(id uint64, fn func(rh *recordHeader, payload []byte, off int64) error) (end int64, err error) {
 	r, err := e.openLogReader(id)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer r.close()
 	path := r.h.path
@@ -209,36 +221,36 @@ func (e *EntryLog) scan(id uint64, fn func(rh *recordHeader, payload []byte, off
 	for pos := dataStart; pos < end; {
 		rh, payload, err := r.record(pos, end)
 		if r.c.err != nil {
-			return fmt.Errorf("entrylog: read %s at %d: %w", path, pos, r.c.err)
+			return 0, fmt.Errorf("entrylog: read %s at %d: %w", path, pos, r.c.err)
 		}
 		if err != nil {
 			if pos < durable {
-				return corruptf(path, pos, err)
+				return 0, corruptf(path, pos, err)
 			}
 			at, claim, ok := r.findClaim(pos)
 			if r.c.err != nil {
-				return fmt.Errorf("entrylog: read %s: %w", path, r.c.err)
+				return 0, fmt.Errorf("entrylog: read %s: %w", path, r.c.err)
 			}
 			if ok {
-				return corruptf(path, pos, fmt.Errorf("%w; the padding record at offset %d says the log was durable up to offset %d",
+				return 0, corruptf(path, pos, fmt.Errorf("%w; the padding record at offset %d says the log was durable up to offset %d",
 					err, at, claim))
 			}
-			return nil // the end of the valid data: never written, or a torn tail
+			return pos, nil // the end of the valid data: never written, or a torn tail
 		}
 		switch rh.typ {
 		case recordData:
 			if err := fn(&rh, payload, pos); err != nil {
-				return err
+				return 0, err
 			}
 		case recordLedgersMap:
 			if pos < durable {
-				return corruptf(path, pos, fmt.Errorf("%w: inside the durable data, which ends at %d", errBadMapRecord, durable))
+				return 0, corruptf(path, pos, fmt.Errorf("%w: inside the durable data, which ends at %d", errBadMapRecord, durable))
 			}
-			return nil // an unfinalized log's map ends its data
+			return pos, nil // an unfinalized log's map ends its data
 		}
 		pos += rh.size()
 	}
-	return nil
+	return end, nil
 }
 
 // findClaim looks after pos for a valid padding record whose durable claim is beyond pos: proof
