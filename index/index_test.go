@@ -650,3 +650,32 @@ func TestWarmFillsTheBlockCache(t *testing.T) {
 		t.Fatal("a cold index served every look-up from the cache")
 	}
 }
+
+// TestDamagedRunIsNotAMiss: a look-up that stops at the first pair past its entry used to take
+// a run whose span was damaged for one that lacks the entry (ErrNotFound). A miss now decodes
+// the whole run, whose end check catches the damage.
+func TestDamagedRunIsNotAMiss(t *testing.T) {
+	ix := openTest(t)
+	var ps []pair
+	for e := int64(0); e <= 63; e += 3 { // a striped ledger: 0, 3, ..., 63 in one run
+		ps = append(ps, pair{e, loc(5, e)})
+	}
+	v := appendRun(nil, ps)
+	v[1] = 60 // damage the span: the run now starts at 3 and does not end at 63
+	var k [runKeyLen]byte
+	putIDKey(k[:], prefixRun, 5, 63)
+	if err := ix.db.Set(k[:], v, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ix.Location(5, 0); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Location(5, 0) in the damaged run: %v, want ErrCorrupt", err)
+	}
+	// An entry a striped run does not hold is still a clean miss.
+	good := appendRun(nil, ps)
+	if err := ix.db.Set(k[:], good, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ix.Location(5, 1); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Location(5, 1), not in the run: %v, want ErrNotFound", err)
+	}
+}

@@ -57,13 +57,19 @@ func decodeRun(dst []pair, v []byte, ledgerID, last int64) ([]pair, error) {
 }
 
 // findInRun returns the location of entry in a run value (key: ledgerID, last), decoding only
-// up to it: a look-up's hot path. What it decodes is checked as by decodeRun.
+// up to it when it is there: a look-up's hot path. A miss decodes the whole run, so that a
+// damaged run is an error (ErrCorrupt), never "not found".
 func findInRun(v []byte, ledgerID, last, entry int64) (loc uint64, found bool, err error) {
 	err = scanRun(v, ledgerID, last, func(p pair) bool {
-		loc, found = p.loc, p.entry == entry
-		return p.entry < entry
+		if p.entry == entry {
+			loc, found = p.loc, true
+		}
+		return !found
 	})
-	return loc, found, err
+	if err != nil {
+		return 0, false, err
+	}
+	return loc, found, nil
 }
 
 // scanRun calls fn with the pairs of a run value in order until fn returns false. What it
