@@ -127,3 +127,17 @@ func readN(t *testing.T, ctx context.Context, r *Reader, n int, size int, want m
 	}
 	return out
 }
+
+// createWriting creates log name in ns and opens its writer.
+func createWriting(t testing.TB, ctx context.Context, ns *Namespace, name string) (*Log, *Writer) {
+	t.Helper()
+	l, err := ns.CreateLog(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := l.OpenWriter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, w
+}

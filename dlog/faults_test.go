@@ -71,14 +71,7 @@ func TestEntryRefusedByTheClient(t *testing.T) {
 	ncfg.ImmediateFlush = true
 	ns := newNamespace(t, cl, ncfg)
 	ctx := ctxFor(t, 60*time.Second)
-	l, err := ns.CreateLog(ctx, "refused")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := l.OpenWriter(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, w := createWriting(t, ctx, ns, "refused")
 	a := newAcks()
 	for tx := int64(1); tx <= 200; tx++ {
 		p := payloadFor(tx, 100)
@@ -118,14 +111,7 @@ func TestAppendsOverTheClientsBoundAreRetried(t *testing.T) {
 	ncfg.MaxInFlightEntries = 8 // more than the client admits
 	ns := newNamespace(t, cl, ncfg)
 	ctx := ctxFor(t, 60*time.Second)
-	l, err := ns.CreateLog(ctx, "bounded")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := l.OpenWriter(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, w := createWriting(t, ctx, ns, "bounded")
 	a := newAcks()
 	const n = 300
 	for tx := int64(1); tx <= n; tx++ {
@@ -147,14 +133,7 @@ func TestTruncateBeyondTheWritersEnd(t *testing.T) {
 	c := clustertest.Start(t, 3)
 	ns := newNamespace(t, newClient(t, c), testConfig())
 	ctx := ctxFor(t, 30*time.Second)
-	l, err := ns.CreateLog(ctx, "tbe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := l.OpenWriter(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, w := createWriting(t, ctx, ns, "tbe")
 	defer w.Close(ctx)
 	if _, err := w.Write(ctx, Record{TxID: 1, Payload: payloadFor(1, 10)}); err != nil {
 		t.Fatal(err)
@@ -193,14 +172,7 @@ func TestReaderReturnsRecordsBeforeAFailingEntry(t *testing.T) {
 	ncfg.ImmediateFlush = true
 	ns := newNamespace(t, cl, ncfg)
 	ctx := ctxFor(t, 30*time.Second)
-	l, err := ns.CreateLog(ctx, "nexterr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := l.OpenWriter(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, w := createWriting(t, ctx, ns, "nexterr")
 	defer w.Close(ctx)
 	const n = 5
 	for tx := int64(1); tx <= n; tx++ {
