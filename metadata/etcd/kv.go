@@ -114,6 +114,13 @@ func (s *kvStore) Commit(ctx context.Context, guard metadata.Lock, ops ...metada
 		if lock, ok = guard.(*kvLock); !ok || lock.d != s.d {
 			return 0, fmt.Errorf("%w: the guard %T is not a lock of this driver", metadata.ErrInvalidKey, guard)
 		}
+		// Lost is final: etcd may still hold the key (a restarted server renews leases), but
+		// the holder was told it lost the lock and may have given way already.
+		select {
+		case <-lock.Lost():
+			return 0, fmt.Errorf("%w: %s", metadata.ErrLockLost, lock.name)
+		default:
+		}
 		cmps = append(cmps, lock.mutex.IsOwner())
 		elses = append(elses, clientv3.OpGet(lock.mutex.Key()))
 	}

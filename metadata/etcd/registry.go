@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -213,19 +212,18 @@ type registration struct {
 	id  string // the bookie id; never changes
 	ttl int64  // seconds
 
-	// lock guards info, lease and closed; it is held across the etcd
-	// requests that change the registration.
-	lock   ctxMutex
-	info   metadata.BookieInfo
-	lease  clientv3.LeaseID
-	closed bool
+	// lock guards info, lease, closed and revoked; it is held across the etcd
+	// requests that change the registration. closed: Close has begun (Update
+	// refuses); revoked: Close revoked the lease (later ones do nothing).
+	lock    ctxMutex
+	info    metadata.BookieInfo
+	lease   clientv3.LeaseID
+	closed  bool
+	revoked bool
 
 	ctx    context.Context // done when the registration or the driver closes
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run returns
-
-	closeOnce sync.Once
-	closeErr  error
 }
 
 // establish grants a lease and claims the bookie's key with it. If another
@@ -349,7 +347,7 @@ func (g *registration) waitGone(ctx context.Context, kv *mvccpb.KeyValue, rev in
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("metadata/etcd: register bookie %s: %w", g.id, err)
+		return fmt.Errorf("%w: register bookie %s: %s is held by lease %x: %w", metadata.ErrBookieExists, g.id, kv.Key, kv.Lease, err)
 	}
 	return fmt.Errorf("%w: %s is held by lease %x, still alive after %v", metadata.ErrBookieExists, kv.Key, kv.Lease, wait)
 }
@@ -450,13 +448,9 @@ func (g *registration) Update(ctx context.Context, info metadata.BookieInfo) err
 	return nil
 }
 
-// Close implements metadata.Registration.
+// Close implements metadata.Registration. A Close that failed (its context ended, the service
+// was unreachable) can be called again; once one succeeded, later ones return nil.
 func (g *registration) Close(ctx context.Context) error {
-	g.closeOnce.Do(func() { g.closeErr = g.close(ctx) })
-	return g.closeErr
-}
-
-func (g *registration) close(ctx context.Context) error {
 	g.cancel()
 	select {
 	case <-g.done:
@@ -467,9 +461,13 @@ func (g *registration) close(ctx context.Context) error {
 		return fmt.Errorf("metadata/etcd: deregister bookie %s: %w", g.id, err)
 	}
 	defer g.lock.Unlock()
-	g.closed = true
+	if g.revoked {
+		return nil
+	}
+	g.closed = true // Update refuses from now on
 	if _, err := g.d.cli.Revoke(ctx, g.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return g.d.opErr("deregister bookie "+g.id, err)
 	}
+	g.revoked = true
 	return nil
 }
