@@ -277,11 +277,15 @@ func (m *fileManager) writeZeros(f diskio.File, from, to int64, stop <-chan stru
 
 // collect removes or keeps for reuse the files below markFileID, keeping MaxBackups of them.
 func (m *fileManager) collect(markFileID uint64) error {
+	// The listing is taken under mu: prepare renames a reused file away before it forgets it
+	// in inUse, so a listing taken outside could still show a file no longer there, and
+	// recycle it.
+	m.mu.Lock()
 	names, err := m.cfg.FS.List(m.cfg.Dir)
 	if err != nil {
+		m.mu.Unlock()
 		return err
 	}
-	m.mu.Lock()
 	var old []uint64
 	for _, id := range listFileIDs(names) {
 		if id < markFileID && !m.inUse[id] && !slices.Contains(m.recycle, id) {

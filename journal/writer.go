@@ -177,6 +177,13 @@ func (o *owner) roll() bool {
 // journal fails and g's records fail with it.
 func (o *owner) commit(g *group, forceSync bool) bool {
 	j := o.j
+	if !j.cfg.SyncData && (forceSync || monotime.Now()-o.lastSync >= int64(j.cfg.PageCacheFlushInterval)) {
+		// This group ends with an fdatasync, which covers only writes that completed before
+		// it: the unsynced groups still in flight finish first, or the mark would pass them.
+		for o.inFlight > 0 {
+			o.awaitRelease()
+		}
+	}
 	claim := o.file.dataStart
 	if m := j.LastLogMark(); m.FileID == o.file.id {
 		claim = m.Offset
