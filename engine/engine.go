@@ -380,11 +380,13 @@ func (e *Engine) Add(masterKey, stored []byte, recovery bool, done func(ctx any,
 	return e.add(masterKey, stored, recovery, done, ctx, true)
 }
 
-// errWouldBlock says both write-cache halves are full and the caller did not want to wait.
-var errWouldBlock = errors.New("engine: write cache full")
+// errWouldBlock says both write-cache halves, or the journal's queue, are full and the caller
+// did not want to wait.
+var errWouldBlock = errors.New("engine: write cache or journal queue full")
 
 // TryAdd is Add for callers that must not block (an event loop): when both write-cache halves
-// are full it asks for a checkpoint and returns queued=false with no error, instead of waiting;
+// are full (it asks for a checkpoint), or the journal's queue is, it returns queued=false with
+// no error, instead of waiting;
 // the caller then retries with Add from a goroutine that may wait up to MaxThrottleTime. Other
 // refusals are errors, as from Add.
 func (e *Engine) TryAdd(masterKey, stored []byte, recovery bool, done func(ctx any, err error), ctx any) (queued bool, err error) {
@@ -418,6 +420,10 @@ func (e *Engine) add(masterKey, stored []byte, recovery bool, done func(ctx any,
 	if l.fenced.Load() && !recovery {
 		return fmt.Errorf("%w: ledger %d", ErrFenced, ledgerID)
 	}
+	jl := e.journals.For(ledgerID)
+	if !wait && jl.Backlogged() {
+		return errWouldBlock // the journal's queue is full: Append would wait for the disk
+	}
 	half, mem, crc, err := e.dir(ledgerID).put(ledgerID, entryID, stored, true, wait)
 	if err != nil {
 		return err
@@ -426,7 +432,7 @@ func (e *Engine) add(masterKey, stored []byte, recovery bool, done func(ctx any,
 	op.half, op.done, op.ctx, op.e = half, done, ctx, e
 	op.entry.Type, op.entry.LedgerID, op.entry.EntryID, op.entry.Payload = journal.RecordData, ledgerID, entryID, mem
 	op.entry.SetPayloadCRC(crc)
-	if err := e.journals.For(ledgerID).Append(&op.entry); err != nil {
+	if err := jl.Append(&op.entry); err != nil {
 		half.pendingJournal.Done()
 		op.half, op.done, op.ctx = nil, nil, nil
 		e.addOps.Put(op)

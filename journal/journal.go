@@ -222,6 +222,10 @@ func (j *Journal) AppendBatch(es []*Entry) error {
 	return j.q.push(es...)
 }
 
+// Backlogged reports whether Append would wait now: the queue holds journalQueueSize records
+// (the disk is behind). A caller that must not block (an event loop) checks it first.
+func (j *Journal) Backlogged() bool { return j.q.full() }
+
 // Err returns the sticky durability error, if any.
 func (j *Journal) Err() error {
 	if p := j.sticky.Load(); p != nil {

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/ringkeeper/ringkeeper/internal/monotime"
 )
@@ -23,6 +24,8 @@ type queue struct {
 	oldestNs int64
 	// notify holds a token when items went from empty to non-empty since the owner last looked.
 	notify chan struct{}
+	// queued mirrors len(items), for full without the lock (an event loop asks per add).
+	queued atomic.Int64
 }
 
 func newQueue(limit int) *queue {
@@ -53,6 +56,7 @@ func (q *queue) push(es ...*Entry) error {
 		q.oldestNs = monotime.Now()
 	}
 	q.items = append(q.items, es...)
+	q.queued.Store(int64(len(q.items)))
 	q.mu.Unlock()
 	if wasEmpty {
 		select {
@@ -70,6 +74,7 @@ func (q *queue) take() (batch []*Entry, oldestNs int64) {
 	batch, oldestNs = q.items, q.oldestNs
 	q.items = q.spare[:0]
 	q.spare = batch
+	q.queued.Store(0)
 	wasFull := len(batch) > 0
 	q.mu.Unlock()
 	if wasFull {
@@ -77,6 +82,9 @@ func (q *queue) take() (batch []*Entry, oldestNs int64) {
 	}
 	return batch, oldestNs
 }
+
+// full reports whether a push would wait now.
+func (q *queue) full() bool { return q.queued.Load() >= int64(q.limit) }
 
 // close makes later pushes fail with err and wakes blocked producers. Already queued records
 // are still taken.
