@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"sync/atomic"
 
@@ -57,6 +58,6 @@ func (b *blockingAdds) submit(r *protocol.AddRequest, op *addOp) bool {
 }
 
 // stop ends the workers; the server has waited for adds in flight first, so the queue is empty.
-func (b *blockingAdds) stop(s *Server) {
-	b.workerPool.stop(func(t blockingAdd) { s.addDone(t.op, ErrTooManyAdds) })
+func (b *blockingAdds) stop(ctx context.Context, s *Server) error {
+	return b.workerPool.stop(ctx, func(t blockingAdd) { s.addDone(t.op, ErrTooManyAdds) })
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -65,8 +66,8 @@ func (s *Server) startReadPool() {
 
 // stopReadPool ends the read workers once they finish their current task, then drops what is
 // still queued (its connections are closed by then).
-func (s *Server) stopReadPool() {
-	s.pool.stop(func(t *readTask) {
+func (s *Server) stopReadPool(ctx context.Context) error {
+	return s.pool.stop(ctx, func(t *readTask) {
 		t.cc.releaseRead()
 		s.putReadTask(t)
 	})

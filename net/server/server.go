@@ -166,8 +166,8 @@ func (s *Server) abortStartLocked() {
 	}
 	close(s.resumeQuit)
 	<-s.resumeDone
-	s.stopReadPool()
-	s.blocking.stop(s)
+	_ = s.stopReadPool(context.Background()) // nothing ran: the workers exit at once
+	_ = s.blocking.stop(context.Background(), s)
 	s.state = stateStopped
 }
 
@@ -249,8 +249,12 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 	close(s.resumeQuit)
 	<-s.resumeDone
-	s.stopReadPool()
-	s.blocking.stop(s)
+	if perr := s.stopReadPool(ctx); perr != nil && err == nil {
+		err = perr
+	}
+	if berr := s.blocking.stop(ctx, s); berr != nil && err == nil {
+		err = berr
+	}
 
 	s.mu.Lock()
 	s.state = stateStopped

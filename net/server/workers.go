@@ -1,6 +1,9 @@
 package server
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
 // workerPool is a fixed set of goroutines running tasks from a bounded queue; submit never
 // blocks (a full queue is the caller's to answer).
@@ -39,17 +42,18 @@ func (p *workerPool[T]) submit(t T) bool {
 	}
 }
 
-// stop ends the workers once they finish their current task, then hands what is still queued
-// to drop.
-func (p *workerPool[T]) stop(drop func(T)) {
+// stop ends the workers, hands what is still queued to drop, and waits for the workers to
+// finish their current task, at most until ctx ends (a task stuck in storage must not hold the
+// server's Stop; it finishes on its own and finds its connection closed).
+func (p *workerPool[T]) stop(ctx context.Context, drop func(T)) error {
 	close(p.quit)
-	p.wg.Wait()
-	for {
+	for drained := false; !drained; {
 		select {
 		case t := <-p.tasks:
 			drop(t)
 		default:
-			return
+			drained = true
 		}
 	}
+	return waitGroup(ctx, &p.wg)
 }
