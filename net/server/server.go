@@ -156,9 +156,14 @@ func (s *Server) Start() error {
 
 // abortStartLocked undoes a failed Start; the server cannot be started again.
 func (s *Server) abortStartLocked() {
+	s.state = stateStopping // Start and Stop refuse meanwhile
 	if s.gnetDone != nil {
+		// The event loops take mu as they open and close connections: a client that connected
+		// meanwhile would deadlock a wait made with mu held.
+		s.mu.Unlock()
 		_ = s.engine.Stop(canceledContext())
 		<-s.gnetDone
+		s.mu.Lock()
 	}
 	if s.listenerFD >= 0 {
 		_ = unix.Close(s.listenerFD)

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -92,5 +93,58 @@ func TestStopBoundedWithAReadStuckInStorage(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		release()
 		t.Fatal("Stop(ctx with 100ms) still running after 3s: it waits for the read worker stuck in Storage.Read")
+	}
+}
+
+// TestStartFailureWithAConnectionDoesNotHang: when the TLS listener cannot start, Start
+// undoes the gnet listener; a client that connected to it meanwhile must not make Start hang.
+func TestStartFailureWithAConnectionDoesNotHang(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	pki := newTestPKI(t)
+	for round := range 20 {
+		addr, err := pickPort("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
+					defer c.Close()
+				}
+			}
+		})
+		cfg := DefaultConfig()
+		cfg.Addr = addr
+		cfg.TLSAddr = busy.Addr().String()
+		cfg.TLSConfig = pki.serverConfig(false)
+		cfg.Logger = testLogger()
+		srv, err := New(cfg, servertest.NewMemStorage())
+		if err != nil {
+			t.Fatal(err)
+		}
+		started := make(chan error, 1)
+		go func() { started <- srv.Start() }()
+		time.Sleep(20 * time.Millisecond)
+		select {
+		case err := <-started:
+			if err == nil {
+				t.Fatal("Start succeeded with the TLS address taken")
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: Start still running after 5s: abortStartLocked holds s.mu while gnet closes a connection (OnOpen/OnClose need s.mu)", round)
+		}
+		close(stop)
+		wg.Wait()
 	}
 }
