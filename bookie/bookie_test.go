@@ -294,6 +294,11 @@ zkServers=localhost:2181
 	if err := c.Validate(); !errors.Is(err, ErrBadConfig) {
 		t.Errorf("bookiePort 0: %v", err)
 	}
+	c = DefaultConfig()
+	c.PrometheusStatsHTTPPort = 70000 // refused before the engine opens or a cookie is written
+	if err := c.Validate(); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("prometheusStatsHttpPort 70000: %v", err)
+	}
 }
 
 // metadataURIForChild is a metadata URI on the test binary's shared embedded etcd, with a root

@@ -97,6 +97,8 @@ func (c *Config) Validate() error {
 		return bad("bookiePort %d is not a port in [1, 65535]", c.BookiePort)
 	case c.TLSPort < 0 || c.TLSPort > 65535:
 		return bad("tlsPort %d is not a port", c.TLSPort)
+	case c.PrometheusStatsHTTPPort < -1 || c.PrometheusStatsHTTPPort > 65535:
+		return bad("prometheusStatsHttpPort %d is not a port (0: no HTTP server, -1: any free port)", c.PrometheusStatsHTTPPort)
 	case c.TLSPort != 0 && (c.TLSCertificatePath == "" || c.TLSKeyPath == ""):
 		return bad("tlsPort is set but tlsCertificatePath or tlsKeyStore is not")
 	case c.DiskUsageThreshold <= 0 || c.DiskUsageThreshold > 1:

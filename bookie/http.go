@@ -3,6 +3,7 @@ package bookie
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -19,7 +20,7 @@ func (b *Bookie) startHTTP() error {
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(b.cfg.ListenAddress, strconv.Itoa(port)))
 	if err != nil {
-		return err
+		return fmt.Errorf("bookie: listen on prometheusStatsHttpPort %d: %w", port, err)
 	}
 	b.httpAddr = ln.Addr().String()
 	mux := http.NewServeMux()
