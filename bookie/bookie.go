@@ -263,6 +263,9 @@ func (b *Bookie) checkDisk() {
 func (b *Bookie) setReadOnly(ro bool) {
 	b.stateMu.Lock()
 	defer b.stateMu.Unlock()
+	if !ro && b.forcedReadOnly.Load() {
+		return // the disk check read the state before an operator forced read-only mode
+	}
 	b.readOnly.Store(ro)
 	b.eng.SetReadOnly(ro)
 	if b.reg != nil {
