@@ -186,15 +186,7 @@ func TestCloseWaitsForAnEnsembleChange(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no ensemble change")
 	}
-	closed := make(chan error, 1)
-	go func() { closed <- cl.Close() }()
-	select {
-	case err := <-closed:
-		t.Fatalf("Client.Close returned (%v) while an ensemble change was running", err)
-	case <-time.After(100 * time.Millisecond):
-	}
-	close(gated.gate)
-	if err := <-closed; err != nil {
+	if err := returnsAfterTheGate(t, gated, 100*time.Millisecond, "Client.Close", cl.Close); err != nil {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 1<<20)

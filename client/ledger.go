@@ -126,16 +126,23 @@ func newLedger(c *Client, id int64, md *metadata.LedgerMetadata, version metadat
 	}
 	lh := &Ledger{
 		c: c, id: id, password: append([]byte(nil), password...), key: MasterKey(password), dg: dg,
-		readOnly: readOnly, md: md, version: version, refreshedAt: time.Now(), lac: -1, toReplace: map[string]bool{}, replaced: map[string]int64{},
+		readOnly: readOnly, refreshedAt: time.Now(), lac: -1, toReplace: map[string]bool{}, replaced: map[string]int64{},
 	}
-	if md.State == metadata.StateClosed {
-		lh.lac, lh.nextEntry, lh.confirmedLength, lh.length = md.LastEntryID, md.LastEntryID+1, md.Length, md.Length
-	}
+	lh.setMetadataLocked(md, version)
 	lh.idle = sync.NewCond(&lh.mu)
 	lh.macs.New = func() any { return dg.newMAC() }
 	lh.ops.New = func() any { return &addOp{lh: lh} }
 	lh.reqs.New = func() any { return &addReq{} }
 	return lh, nil
+}
+
+// setMetadataLocked makes md (at version) the handle's metadata; a closed ledger's end becomes
+// the handle's.
+func (lh *Ledger) setMetadataLocked(md *metadata.LedgerMetadata, version metadata.Version) {
+	lh.md, lh.version = md, version
+	if md.State == metadata.StateClosed {
+		lh.lac, lh.nextEntry, lh.confirmedLength, lh.length = md.LastEntryID, md.LastEntryID+1, md.Length, md.Length
+	}
 }
 
 // ID returns the ledger id.

@@ -362,7 +362,13 @@ func TestFailureDuringAnEnsembleChangeLosesNoCallback(t *testing.T) {
 	if err := c.StopBookie(ctx, slices.Index(c.BookieAddrs(), ens[1])); err != nil {
 		t.Fatal(err)
 	}
-	for range 2 {
+	expectClosed(t, results, 2)
+}
+
+// expectClosed waits for n results, each reporting ErrClosed.
+func expectClosed(t *testing.T, results <-chan string, n int) {
+	t.Helper()
+	for range n {
 		select {
 		case r := <-results:
 			if !strings.Contains(r, ErrClosed.Error()) {
@@ -372,6 +378,21 @@ func TestFailureDuringAnEnsembleChangeLosesNoCallback(t *testing.T) {
 			t.Fatal("a callback never ran")
 		}
 	}
+}
+
+// returnsAfterTheGate runs f, checks that it has not returned after wait while gated holds an
+// ensemble change, then opens the gate and returns what f returned.
+func returnsAfterTheGate(t *testing.T, gated *gatedPlacement, wait time.Duration, what string, f func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		t.Fatalf("%s returned (%v) while an ensemble change was held", what, err)
+	case <-time.After(wait):
+	}
+	close(gated.gate)
+	return <-done
 }
 
 // failDuringChange starts an add on a (3,3,2) ledger of four bookies whose three bookies hold
@@ -406,16 +427,7 @@ func TestLateAckAfterAFailure(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	close(gated.gate)
 	lh.AppendAsync([]byte("x"), func(_ int64, err error) { results <- fmt.Sprint("refused: ", err) })
-	for range 2 {
-		select {
-		case r := <-results:
-			if !strings.Contains(r, ErrClosed.Error()) {
-				t.Fatalf("%s, want ErrClosed", r)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("a callback never ran")
-		}
-	}
+	expectClosed(t, results, 2)
 }
 
 // TestCloseWaitsForFailedAddsDuringAChange: Close of a handle that failed during an ensemble
@@ -423,15 +435,7 @@ func TestLateAckAfterAFailure(t *testing.T) {
 func TestCloseWaitsForFailedAddsDuringAChange(t *testing.T) {
 	results := make(chan string, 1)
 	lh, gated, _ := failDuringChange(t, results)
-	closed := make(chan error, 1)
-	go func() { closed <- lh.Close(context.Background()) }()
-	select {
-	case err := <-closed:
-		t.Fatalf("Close returned (%v) while the change still held the failed add", err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	close(gated.gate)
-	if err := <-closed; err != nil {
+	if err := returnsAfterTheGate(t, gated, 200*time.Millisecond, "Close", func() error { return lh.Close(context.Background()) }); err != nil {
 		t.Fatal(err)
 	}
 	select {

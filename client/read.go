@@ -104,10 +104,7 @@ func (lh *Ledger) refreshMetadata(ctx context.Context, seen *metadata.LedgerMeta
 	if v == lh.version {
 		return false, nil
 	}
-	lh.md, lh.version = md, v
-	if md.State == metadata.StateClosed {
-		lh.lac, lh.nextEntry, lh.confirmedLength, lh.length = md.LastEntryID, md.LastEntryID+1, md.Length, md.Length
-	}
+	lh.setMetadataLocked(md, v)
 	return true, nil
 }
 

@@ -192,7 +192,6 @@ func TestRecoveryWithABookieDownAndConcurrentRecoverers(t *testing.T) {
 // and recovery does not truncate (a digest mismatch never counts as missing).
 func TestCorruptReplica(t *testing.T) {
 	c := clustertest.Start(t, 3)
-	ctx := context.Background()
 	w := newClient(t, c, nil)
 	lh := createLedger(t, w, 3, 3, 2)
 	appendN(t, lh, 30)
@@ -200,14 +199,7 @@ func TestCorruptReplica(t *testing.T) {
 	r := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
 		return &faultConn{inner: conn, addr: addr, corruptReads: addr == bad}
 	})
-	rh, err := r.OpenLedger(ctx, lh.ID(), password, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if last := rh.Metadata().LastEntryID; last != 29 {
-		t.Fatalf("recovery with a corrupt replica closed at %d, want 29", last)
-	}
-	checkEntries(t, rh, 29)
+	recoverAt(t, r, lh, 29)
 }
 
 // TestRecoveryReplacesADownBookie: with (3,2,2) and a bookie of the write set of the entries
@@ -356,17 +348,10 @@ func TestRecoveryWithAHungBookie(t *testing.T) {
 		}
 		return conn
 	})
-	rh, err := r.OpenLedger(context.Background(), lh.ID(), password, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if last := rh.Metadata().LastEntryID; last != 25 {
-		t.Fatalf("closed at %d, want 25", last)
-	}
+	recoverAt(t, r, lh, 25)
 	if n := f.adds.Load(); n != 1 {
 		t.Fatalf("the hung bookie was sent %d recovery adds, want 1", n)
 	}
-	checkEntries(t, rh, 25)
 }
 
 // TestRecoveryRetriesAQuarantinedBookieWhenNeeded: a bookie slow once is quarantined (skipped
@@ -390,14 +375,7 @@ func TestRecoveryRetriesAQuarantinedBookieWhenNeeded(t *testing.T) {
 		}
 		return conn
 	})
-	rh, err := r.OpenLedger(context.Background(), lh.ID(), password, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if last := rh.Metadata().LastEntryID; last != 25 {
-		t.Fatalf("closed at %d, want 25", last)
-	}
-	checkEntries(t, rh, 25)
+	recoverAt(t, r, lh, 25)
 }
 
 // TestRecoveryWithACorruptFencedReplicaAndABookieDown: (3,3,2), one bookie down and another
@@ -416,14 +394,7 @@ func TestRecoveryWithACorruptFencedReplicaAndABookieDown(t *testing.T) {
 	r := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
 		return &faultConn{inner: conn, addr: addr, corruptReads: addr == bad}
 	})
-	rh, err := r.OpenLedger(ctx, lh.ID(), password, true)
-	if err != nil {
-		t.Fatalf("recovery: %v", err)
-	}
-	if md := rh.Metadata(); md.State != metadata.StateClosed || md.LastEntryID != 29 {
-		t.Fatalf("closed at %d (%v), want 29", md.LastEntryID, md.State)
-	}
-	checkEntries(t, rh, 29)
+	recoverAt(t, r, lh, 29)
 }
 
 // TestFencedWriterLearnsItWasFenced: after a recoverer closed the ledger, the writer's next add
@@ -465,4 +436,19 @@ func TestFencedWriterLearnsItWasFenced(t *testing.T) {
 			}
 		})
 	}
+}
+
+// recoverAt opens lh on cl with recovery and checks that the ledger was closed at last with
+// every entry readable; it returns the recovered handle.
+func recoverAt(t *testing.T, cl *Client, lh *Ledger, last int64) *Ledger {
+	t.Helper()
+	rh, err := cl.OpenLedger(context.Background(), lh.ID(), password, true)
+	if err != nil {
+		t.Fatalf("recovery: %v", err)
+	}
+	if md := rh.Metadata(); md.State != metadata.StateClosed || md.LastEntryID != last {
+		t.Fatalf("closed at %d (%v), want %d", md.LastEntryID, md.State, last)
+	}
+	checkEntries(t, rh, last)
+	return rh
 }
