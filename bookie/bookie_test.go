@@ -217,7 +217,7 @@ func TestReadOnlyWhenDiskAboveThreshold(t *testing.T) {
 	if rc, err := c.Add(key, entry(4, 0), 0); err != nil || rc != protocol.EREADONLY {
 		t.Fatalf("add on a read-only bookie: %v %v", rc, err)
 	}
-	if rc, err := c.Add(key, entry(4, 0), protocol.FlagRecoveryAdd); err != nil || rc != protocol.EOK {
+	if rc, err := c.Add(key, entry(4, 0), protocol.FlagRecoveryAdd|protocol.FlagHighPriority); err != nil || rc != protocol.EOK {
 		t.Fatalf("recovery add on a read-only bookie: %v %v", rc, err)
 	}
 	if rc, _, err := c.Read(4, 0); err != nil || rc != protocol.EOK {

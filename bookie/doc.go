@@ -15,8 +15,9 @@
 // # Disk usage
 //
 // Every diskCheckInterval: above diskUsageThreshold the bookie turns read-only (adds get
-// EREADONLY, recovery adds are still taken while space remains, reads go on) and its
-// registration moves to read-only; below diskUsageLwmThreshold it turns writable again.
+// EREADONLY except high-priority ones, which recovery sends, while space remains; reads go
+// on) and its registration moves to read-only; below diskUsageLwmThreshold it turns writable
+// again.
 // Below one entry log of free space the engine refuses every add. A full disk therefore ends
 // in clean refusals, never in a torn write that was acknowledged.
 //

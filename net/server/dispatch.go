@@ -93,7 +93,9 @@ func (cc *connState) handleAdd(r *protocol.AddRequest) {
 		cc.immediate = r.AppendResponse(cc.immediate, protocol.EBADREQ)
 		return
 	}
-	if !r.IsRecoveryAdd() && !r.IsHighPriority() && s.storage.ReadOnly() {
+	// As BookKeeper: a read-only bookie takes only high-priority adds (recovery sends its adds
+	// with FlagRecoveryAdd|FlagHighPriority); a recovery add without the flag is refused too.
+	if !r.IsHighPriority() && s.storage.ReadOnly() {
 		cc.immediate = r.AppendResponse(cc.immediate, protocol.EREADONLY)
 		return
 	}
