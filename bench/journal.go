@@ -234,6 +234,9 @@ func RunJournal(ctx context.Context, o JournalOptions) (*Result, error) {
 	return res, nil
 }
 
+// maxSharedClockReads is how many appends a journal bench writer times from one clock read.
+const maxSharedClockReads = 32
+
 func runAppendWriter(ctx context.Context, o JournalOptions, index int, aw *appendWriter, set *journal.Set) {
 	var interval int64
 	if o.Rate > 0 {
@@ -243,18 +246,22 @@ func runAppendWriter(ctx context.Context, o JournalOptions, index int, aw *appen
 	ledger := int64(index % o.Ledgers)
 	var entryID int64
 	var now int64
+	sharedClock := 0 // appends sent since now was read
 	for {
 		var be *benchEntry
 		select {
 		case be = <-aw.free:
-			// Entries that come back together (one journal group) share one clock read.
+			// Entries that come back together (one journal group) share one clock read, but
+			// only a few: a writer that never waits would otherwise time every append from
+			// one ever older reading.
 		default:
 			be = <-aw.free // every outstanding entry comes back, so this never waits forever
-			now = monotime.Now()
+			now = 0
 		}
-		if now == 0 {
-			now = monotime.Now()
+		if now == 0 || sharedClock >= maxSharedClockReads {
+			now, sharedClock = monotime.Now(), 0
 		}
+		sharedClock++
 		if ctx.Err() != nil {
 			aw.free <- be
 			return

@@ -77,7 +77,7 @@ type PhysLimitJob struct {
 
 // Recorder collects latencies and counts from many goroutines and prints progress.
 type Recorder struct {
-	// mu guards the histograms.
+	// mu guards the histograms, stopped and the clock fields.
 	mu       sync.Mutex
 	total    *hdrhistogram.Histogram
 	interval *hdrhistogram.Histogram
@@ -88,6 +88,7 @@ type Recorder struct {
 
 	start    time.Time
 	end      time.Time
+	stopped  bool // Stop was called: later completions fall outside the measured period
 	timeline []Sample
 	// pausedAt is when Pause stopped the clock (zero while running); paused is the time spent
 	// paused before, left out of the measured duration.
@@ -115,12 +116,15 @@ func (r *Recorder) RecordBatch(latenciesNs []int64, n int) {
 		return
 	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return // completed after the measured period (the drain of what was in flight)
+	}
 	for _, l := range latenciesNs {
 		v := min(max(l, 1), maxLatencyNs)
 		r.total.RecordValue(v)
 		r.interval.RecordValue(v)
 	}
-	r.mu.Unlock()
 	r.ops.Add(int64(len(latenciesNs)))
 	r.bytes.Add(int64(len(latenciesNs) * n))
 }
@@ -131,14 +135,14 @@ func (r *Recorder) Error() { r.errors.Add(1) }
 // Errors returns the failures so far.
 func (r *Recorder) Errors() int64 { return r.errors.Load() }
 
-// Restart forgets everything recorded so far (the end of a warm-up).
+// Restart forgets the operations recorded so far (the end of a warm-up), not the failures:
+// an error in the warm-up is still an error of the run.
 func (r *Recorder) Restart() {
 	r.mu.Lock()
 	r.total.Reset()
 	r.interval.Reset()
 	r.ops.Store(0)
 	r.bytes.Store(0)
-	r.errors.Store(0)
 	r.start = time.Now()
 	r.timeline = nil
 	r.pausedAt, r.paused = time.Time{}, 0
@@ -195,8 +199,15 @@ func (r *Recorder) Measure(ctx context.Context, warmup, duration time.Duration, 
 	pw.Wait()
 }
 
-// Stop fixes the end of the measured period.
-func (r *Recorder) Stop() { r.end = time.Now() }
+// Stop fixes the end of the measured period: operations that complete later are not counted
+// (failures still are).
+func (r *Recorder) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.stopped {
+		r.end, r.stopped = time.Now(), true
+	}
+}
 
 // Pause stops the recorder's clock until Resume: a workload that alternates phases measures
 // each phase's own time. Operations still complete into it.

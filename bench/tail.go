@@ -3,11 +3,13 @@ package bench
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"sync"
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/client"
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
 )
 
 // TailOptions configures the tail workload: readers follow writers and report end-to-end
@@ -43,14 +45,25 @@ func (o TailOptions) config() map[string]any {
 	}
 }
 
+func (o TailOptions) validate() error {
+	if o.Ledgers < 1 || o.InFlight < 1 || o.Duration <= 0 || o.EntrySize < 0 || !(o.Rate >= 0) || o.PollInterval < 0 {
+		return fmt.Errorf("bench: ledgers (%d) and in-flight (%d) must be positive, duration positive, entry size, rate (%g) and poll interval not negative",
+			o.Ledgers, o.InFlight, o.Rate)
+	}
+	return nil
+}
+
 // RunTail runs writers and tailing readers; the result's latency is append-to-read.
 func RunTail(ctx context.Context, o TailOptions) (*Result, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
 	t, err := o.Target.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer t.cleanup()
-	ledgers, err := createLedgers(ctx, t.client, max(o.Ledgers, 1), o.Ensemble, o.WriteQuorum, o.AckQuorum)
+	ledgers, err := createLedgers(ctx, t.client, o.Ledgers, o.Ensemble, o.WriteQuorum, o.AckQuorum)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +97,8 @@ func RunTail(ctx context.Context, o TailOptions) (*Result, error) {
 }
 
 // tailLedger follows one ledger: whenever the last add confirmed moves, it reads the new
-// entries and records now − the send time stamped in each payload.
+// entries and records now − the due time stamped in each payload (monotime: the writers run
+// in this process).
 func tailLedger(ctx context.Context, lh *client.Ledger, o TailOptions, rec *Recorder) {
 	next := int64(0)
 	for ctx.Err() == nil {
@@ -106,8 +120,8 @@ func tailLedger(ctx context.Context, lh *client.Ledger, o TailOptions, rec *Reco
 				}
 				break
 			}
-			sent := int64(binary.LittleEndian.Uint64(e.Payload))
-			rec.Record(time.Duration(time.Now().UnixNano()-sent), len(e.Payload))
+			due := int64(binary.LittleEndian.Uint64(e.Payload))
+			rec.Record(time.Duration(monotime.Now()-due), len(e.Payload))
 			next = e.EntryID + 1
 		}
 	}

@@ -55,9 +55,9 @@ func (o WriteOptions) config() map[string]any {
 
 func (o WriteOptions) validate() error {
 	if o.Writers < 1 || o.InFlight < 1 || o.Ledgers < o.Writers || o.Duration <= 0 || o.EntrySize < 0 ||
-		o.Clients < 1 || o.Clients > o.Ledgers {
-		return fmt.Errorf("bench: writers (%d), clients (%d) and in-flight (%d) must be positive, ledgers (%d) at least writers and clients, duration positive",
-			o.Writers, o.Clients, o.InFlight, o.Ledgers)
+		o.Clients < 1 || o.Clients > o.Ledgers || !(o.Rate >= 0) {
+		return fmt.Errorf("bench: writers (%d), clients (%d) and in-flight (%d) must be positive, ledgers (%d) at least writers and clients, duration positive, rate (%g) not negative",
+			o.Writers, o.Clients, o.InFlight, o.Ledgers, o.Rate)
 	}
 	return nil
 }
@@ -133,7 +133,9 @@ type appendLoad struct {
 	duration  time.Duration
 	warmup    time.Duration
 	progress  io.Writer
-	// stamp writes the send time into the payload (for tail latency).
+	// stamp writes the time the append was due (monotime, this process's clock) into the
+	// payload, for the tail workload's end-to-end latency: in open loop that counts the
+	// queueing behind the pacer, as the append latency does.
 	stamp bool
 	// onAck, if set, is called for every acknowledged entry.
 	onAck func(ledger, entry int64)
@@ -184,7 +186,7 @@ func runAppends(ctx context.Context, l appendLoad, rec *Recorder) (appendResult,
 				p := payloads[slot][:l.entrySize]
 				if l.stamp {
 					p = payloads[slot][:max(l.entrySize, 8)]
-					binary.LittleEndian.PutUint64(p, uint64(time.Now().UnixNano()))
+					binary.LittleEndian.PutUint64(p, uint64(sent))
 				}
 				st.lh.AppendAsync(p, st.done)
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 
 	"github.com/ringkeeper/ringkeeper/bench"
 	"github.com/ringkeeper/ringkeeper/internal/diskio"
@@ -197,9 +198,17 @@ compaction rate (MB/s copied and read) and the space reclaimed.`,
 			o.IndexCacheSize = indexCacheMB << 20
 			o.EntryLogSize = entryLogMB << 20
 			o.Progress = out.progress()
-			phys, err := out.measure(cmd.Context(), o.LedgerDirs[0])
+			// The adds wait for the journal's syncs and the reads for the entry logs: each is
+			// quoted against its own disk (measured once when both are on one device).
+			phys, err := out.measure(cmd.Context(), o.JournalDirs[0])
 			if err != nil {
 				return err
+			}
+			readPhys := phys
+			if phys != nil && o.Read != "" && !sameDevice(o.JournalDirs[0], o.LedgerDirs[0]) {
+				if readPhys, err = out.measure(cmd.Context(), o.LedgerDirs[0]); err != nil {
+					return err
+				}
 			}
 			adds, reads, err := bench.RunStorage(cmd.Context(), o)
 			if err != nil {
@@ -212,11 +221,11 @@ compaction rate (MB/s copied and read) and the space reclaimed.`,
 				if err := out.result(adds, phys); err != nil {
 					return err
 				}
-				return out.result(reads, phys)
+				return out.result(reads, readPhys)
 			}
 			// One JSON object: the adds, with the reads as a nested result.
-			if phys != nil {
-				reads.PhysLimit = phys
+			if readPhys != nil {
+				reads.PhysLimit = readPhys
 				reads.Ratios = bench.PhysRatios(reads)
 			}
 			adds.Reads = reads
@@ -254,4 +263,11 @@ compaction rate (MB/s copied and read) and the space reclaimed.`,
 	f.Float64Var(&o.DeleteFraction, "delete-fraction", o.DeleteFraction, "with --compaction: fraction of the full ledgers deleted")
 	out.register(f)
 	return cmd
+}
+
+// sameDevice reports whether two directories (created if missing) are on one file system.
+func sameDevice(a, b string) bool {
+	var sa, sb unix.Stat_t
+	return os.MkdirAll(a, 0o755) == nil && os.MkdirAll(b, 0o755) == nil &&
+		unix.Stat(a, &sa) == nil && unix.Stat(b, &sb) == nil && sa.Dev == sb.Dev
 }

@@ -1,0 +1,93 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// An operation that completes after Stop fixed the end of the measured period lies outside
+// it: counting it puts work done after the window over the window's duration.
+func TestRecorderIgnoresOpsAfterStop(t *testing.T) {
+	r := NewRecorder()
+	for range 10 {
+		r.Record(time.Millisecond, 100)
+	}
+	r.Stop()
+	// The drain: adds still in flight at the end complete after it (runAppends, RunJournal,
+	// RunStorage, RunServer and RunPebbleBaseline all call Result after waiting for them).
+	for range 1000 {
+		r.Record(time.Millisecond, 100)
+	}
+	res := r.Result("x", nil)
+	if res.Ops != 10 || res.Bytes != 1000 {
+		t.Fatalf("ops %d, bytes %d recorded within the measured period; want 10 and 1000 (throughput %.0f ops/s over %.6fs)",
+			res.Ops, res.Bytes, res.OpsPerSec, res.DurationS)
+	}
+}
+
+// The tail workload runs open loop (10000/s by default). Its append latency counts from each
+// append's due time, and so must the end-to-end latency (append to read): when the cluster
+// falls behind the pacer, the end-to-end figure includes the queueing the append figure does,
+// and can never come out below the append latency it contains.
+func TestTailEndToEndCountsFromTheDueTime(t *testing.T) {
+	o := DefaultTailOptions()
+	o.Target = standalone(t, 3)
+	o.Ledgers, o.InFlight = 1, 1
+	o.Rate = 1e6 // far beyond what one append in flight can do
+	o.Duration = time.Second
+	res, err := RunTail(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendP50 := res.Extra["append_p50_us"]
+	t.Logf("end-to-end p50 %.0f us, p99 %.0f us; append p50 %.0f us, p99 %.0f us",
+		res.LatencyUs.P50, res.LatencyUs.P99, appendP50, res.Extra["append_p99_us"])
+	if res.LatencyUs.P50 < appendP50 {
+		t.Fatalf("append-to-read p50 %.0f us is below the append p50 %.0f us it contains: the end-to-end latency is not measured from the intended send time",
+			res.LatencyUs.P50, appendP50)
+	}
+}
+
+// RunTail refuses options it cannot run: with no append in flight allowed it would append
+// nothing and report an empty success (a negative count panicked in runAppends).
+func TestTailRejectsNoInFlight(t *testing.T) {
+	o := DefaultTailOptions()
+	o.Target = standalone(t, 3)
+	o.InFlight = 0
+	o.Duration = 300 * time.Millisecond
+	res, err := RunTail(context.Background(), o)
+	if err == nil {
+		t.Fatalf("in-flight 0 accepted: %d ops, %.0f ops/s, %d errors, extra %v", res.Ops, res.OpsPerSec, res.Errors, res.Extra)
+	}
+}
+
+// In a closed loop each append is timed from about when it was sent. The journal bench's
+// writer shares one clock read among entries that came back together; a writer that never
+// has to wait (completed entries pile up faster than it re-issues them) once timed every
+// append from one ever older reading, so latency grew with the run. Little's law bounds the
+// mean time in the journal by outstanding / throughput, and a median is at most twice the mean.
+func TestJournalClosedLoopLatencyIsFromSend(t *testing.T) {
+	o := DefaultJournalOptions()
+	o.Dirs = []string{t.TempDir()}
+	o.Writers, o.Outstanding, o.Ledgers = 1, 200000, 1
+	o.EntrySize = 64
+	o.Sync = false
+	o.Duration = 2 * time.Second
+	o.MaxFileSize = 64 << 20
+	res, err := RunJournal(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := float64(o.Writers*o.Outstanding) / res.OpsPerSec * 1e6 // us
+	var tl []float64
+	for _, s := range res.Timeline {
+		tl = append(tl, s.P50Us)
+	}
+	t.Logf("%.0f ops/s, p50 %.0f us, p99 %.0f us, Little's-law mean bound %.0f us, per-second p50 %v",
+		res.OpsPerSec, res.LatencyUs.P50, res.LatencyUs.P99, bound, tl)
+	if res.LatencyUs.P50 > 2*bound {
+		t.Fatalf("p50 %.0f us exceeds twice the longest mean time an append can spend in the journal (%.0f us)",
+			res.LatencyUs.P50, bound)
+	}
+}
