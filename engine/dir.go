@@ -257,6 +257,7 @@ func (d *ledgerDir) flush() (err error) {
 	}
 	// Swap: the other half was reset by the previous flush.
 	d.flushing.Store(h)
+	other.activate()
 	d.active.Store(other)
 	pace := newFlushPacer(h, other, h.activatedAt, start, d.e.closing)
 	other.activatedAt = start
@@ -304,6 +305,7 @@ func (d *ledgerDir) flush() (err error) {
 	if err := d.batch.Commit(true); err != nil {
 		return d.flushFailed(h, fmt.Errorf("%w: index of %s: %w", ErrIO, d.path, err))
 	}
+	d.e.ledgers.deleted(deletes)
 	d.indexSeq.Add(1)
 	if err := d.e.hook(stepIndexSynced); err != nil {
 		return err

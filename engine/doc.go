@@ -10,6 +10,8 @@
 //	<ledgerDir>/current/lastMark[.<j>]    persisted LastLogMark of journal j (package journal)
 //	<ledgerDir>/current/index/            pebble: entry locations and ledger states
 //	<ledgerDir>/current/VERSION           cookie
+//	<journalDir>/LOCK, <ledgerDir>/LOCK   empty; an engine holds an flock on each while open
+//	                                      (a second bookie on the same dirs is refused)
 //
 // Ledger L is journaled in journal L mod len(journalDirs) and stored in ledger dir
 // L mod len(ledgerDirs); each ledger dir has its own write cache, read cache, entry logs and

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ringkeeper/ringkeeper/index"
 	"github.com/ringkeeper/ringkeeper/internal/diskio"
 	"github.com/ringkeeper/ringkeeper/journal"
 )
@@ -30,6 +31,8 @@ type Engine struct {
 	markStores []*journal.MarkStore
 	dirs       []*ledgerDir
 	ledgers    *ledgerTable
+	// unlocks release the directory locks taken at Open (lockDirs).
+	unlocks []func() error
 
 	readOnly atomic.Bool
 	// diskFull refuses every add: below the space needed even for recovery adds.
@@ -173,6 +176,15 @@ func Open(cfg Config) (*Engine, error) {
 		op.entry.Done = addJournaled
 		return op
 	}
+	if err := e.lockDirs(); err != nil {
+		return nil, err
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			e.unlockDirs()
+		}
+	}()
 	want := e.Cookie()
 	created, err := checkCookies(e.fs, append(append([]string(nil), cfg.JournalDirs...), cfg.LedgerDirs...), want, cfg.RequireExistingCookies)
 	if err != nil {
@@ -213,7 +225,40 @@ func Open(cfg Config) (*Engine, error) {
 	warmCtx, e.warmCancel = context.WithCancel(context.Background())
 	e.warmDone = make(chan struct{})
 	go e.warmIndexes(warmCtx)
+	opened = true
 	return e, nil
+}
+
+// lockDirs takes every directory the engine writes (diskio's Lock) before it reads or writes
+// anything there: a second bookie started on the same directories would otherwise create
+// files (the next entry log) that the running one then fails on.
+func (e *Engine) lockDirs() error {
+	dirs := append(append([]string(nil), e.cfg.JournalDirs...), e.cfg.LedgerDirs...)
+	if e.cfg.IndexDir != "" {
+		dirs = append(dirs, e.cfg.IndexDir)
+	}
+	seen := make(map[string]bool)
+	for _, dir := range dirs {
+		dir = filepath.Clean(dir)
+		if seen[dir] {
+			continue // a journal dir may also be a ledger dir
+		}
+		seen[dir] = true
+		unlock, err := e.fs.Lock(dir)
+		if err != nil {
+			e.unlockDirs()
+			return fmt.Errorf("engine: %w", err)
+		}
+		e.unlocks = append(e.unlocks, unlock)
+	}
+	return nil
+}
+
+func (e *Engine) unlockDirs() {
+	for _, unlock := range e.unlocks {
+		unlock()
+	}
+	e.unlocks = nil
 }
 
 // warmIndexes warms every ledger dir's index (WarmIndex), one after the other, stopping at
@@ -251,6 +296,7 @@ func (e *Engine) openDirs() error {
 		ledgerCurrents = append(ledgerCurrents, cur)
 		d := &ledgerDir{e: e, index: i, path: cur, space: make(chan struct{})}
 		d.halves = [2]*cacheHalf{newCacheHalf(half, segSize), newCacheHalf(half, segSize)}
+		d.halves[1].seal() // the spare takes no add until a flush activates it
 		d.active.Store(d.halves[0])
 		d.reads = newReadCache(e.cfg.ReadAheadCacheMaxSize/int64(n), 8)
 		var err error
@@ -402,6 +448,11 @@ func (e *Engine) add(masterKey, stored []byte, recovery bool, done func(ctx any,
 	if err != nil {
 		return err
 	}
+	if len(stored) > e.cfg.Journal.MaxRecordSize {
+		// Neither the journal nor the entry log takes it: in the cache, it would fail the
+		// next checkpoint and with it the engine.
+		return fmt.Errorf("%w: entry of %d bytes, limit %d", ErrBadEntry, len(stored), e.cfg.Journal.MaxRecordSize)
+	}
 	if err := e.Err(); err != nil {
 		return err
 	}
@@ -445,7 +496,14 @@ func (e *Engine) add(masterKey, stored []byte, recovery bool, done func(ctx any,
 // ledgerForWrite returns the ledger, creating it (and journaling its key) on the first write,
 // after checking the master key.
 func (e *Engine) ledgerForWrite(ledgerID int64, masterKey []byte) (*ledgerInfo, error) {
-	l, created := e.ledgers.getOrCreate(ledgerID, masterKey)
+	if len(masterKey) > index.MaxMasterKeyLen {
+		// The index could not store it: the checkpoint would fail, and every replay again.
+		return nil, fmt.Errorf("%w: master key of %d bytes, limit %d", ErrBadEntry, len(masterKey), index.MaxMasterKeyLen)
+	}
+	l, created, err := e.ledgers.getOrCreate(ledgerID, masterKey)
+	if err != nil {
+		return nil, err
+	}
 	if created {
 		e.dir(ledgerID).markDirty(l)
 		op := e.addOps.Get().(*addOp)
@@ -536,6 +594,9 @@ func (e *Engine) Fence(ledgerID int64, masterKey []byte, done func(ctx any, err 
 func (e *Engine) SetExplicitLAC(ledgerID int64, masterKey, lacPacket []byte, done func(ctx any, err error), ctx any) error {
 	if err := checkLedgerID(ledgerID); err != nil {
 		return err
+	}
+	if limit := min(index.MaxExplicitLACLen, e.cfg.Journal.MaxRecordSize); len(lacPacket) > limit {
+		return fmt.Errorf("%w: explicit LAC of %d bytes, limit %d", ErrBadEntry, len(lacPacket), limit)
 	}
 	if err := e.Err(); err != nil {
 		return err
@@ -667,11 +728,9 @@ func (e *Engine) LastAddConfirmed(ledgerID int64) (int64, error) {
 // DeleteLedger forgets a ledger: its state and locations leave the index at the next
 // checkpoint; its entries stay in entry logs until garbage collection reclaims them.
 func (e *Engine) DeleteLedger(ledgerID int64) error {
-	l := e.ledgers.get(ledgerID)
-	if l == nil {
+	if !e.ledgers.removeForDelete(ledgerID) {
 		return ErrNoLedger
 	}
-	e.ledgers.remove(ledgerID)
 	d := e.dir(ledgerID)
 	for _, h := range [2]*cacheHalf{d.active.Load(), d.flushing.Load()} {
 		if h != nil {
@@ -781,6 +840,7 @@ func (e *Engine) Close() error {
 			cerr = e.Checkpoint()
 		}
 		err = errors.Join(jerr, cerr, e.closeDirs())
+		e.unlockDirs()
 	})
 	return err
 }

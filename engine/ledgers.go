@@ -2,6 +2,7 @@ package engine
 
 import (
 	"crypto/subtle"
+	"fmt"
 	"sync"
 	"sync/atomic"
 )
@@ -45,10 +46,14 @@ const ledgerShards = 64
 // ledgerTable maps ledger ids to their state, sharded to keep lookups on the add path cheap.
 type ledgerTable struct {
 	shards [ledgerShards]struct {
-		// mu guards m.
+		// mu guards m and deleting.
 		mu sync.RWMutex
 		m  map[int64]*ledgerInfo
-		_  [32]byte
+		// deleting holds deleted ledgers whose deletion the index has not committed yet: the
+		// commit drops every location of the id, so a new ledger under that id would lose its
+		// entries if it were created before then.
+		deleting map[int64]struct{}
+		_        [24]byte
 	}
 }
 
@@ -71,36 +76,62 @@ func (t *ledgerTable) get(id int64) *ledgerInfo {
 }
 
 // getOrCreate returns the ledger, creating it with key if it does not exist. created says the
-// caller must journal the ledger key and then close keyReady.
-func (t *ledgerTable) getOrCreate(id int64, key []byte) (l *ledgerInfo, created bool) {
+// caller must journal the ledger key and then close keyReady. A ledger whose deletion is not
+// committed yet is not created again (ErrTooManyRequests: retry after the next checkpoint).
+func (t *ledgerTable) getOrCreate(id int64, key []byte) (l *ledgerInfo, created bool, err error) {
 	if l := t.get(id); l != nil {
-		return l, false
+		return l, false, nil
 	}
 	s := &t.shards[t.shard(id)]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l := s.m[id]; l != nil {
-		return l, false
+		return l, false, nil
+	}
+	if _, ok := s.deleting[id]; ok {
+		return nil, false, fmt.Errorf("%w: ledger %d was deleted; its id is free again once the deletion is committed (next checkpoint)",
+			ErrTooManyRequests, id)
 	}
 	l = &ledgerInfo{id: id, masterKey: append([]byte(nil), key...), keyReady: make(chan struct{})}
 	s.m[id] = l
-	return l, true
+	return l, true, nil
 }
 
-// load inserts a ledger known from the index or replay, with its key already durable.
+// load inserts a ledger known from the index or replay, with its key already durable (at Open,
+// before any deletion).
 func (t *ledgerTable) load(id int64, key []byte) *ledgerInfo {
-	l, created := t.getOrCreate(id, key)
+	l, created, _ := t.getOrCreate(id, key)
 	if created {
 		close(l.keyReady)
 	}
 	return l
 }
 
-func (t *ledgerTable) remove(id int64) {
+// removeForDelete takes the ledger out of the table and holds its id until deleted is called
+// for it. It returns false if there is no such ledger.
+func (t *ledgerTable) removeForDelete(id int64) bool {
 	s := &t.shards[t.shard(id)]
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m[id] == nil {
+		return false
+	}
 	delete(s.m, id)
-	s.mu.Unlock()
+	if s.deleting == nil {
+		s.deleting = make(map[int64]struct{})
+	}
+	s.deleting[id] = struct{}{}
+	return true
+}
+
+// deleted frees the ids of ledgers whose deletion the index has committed.
+func (t *ledgerTable) deleted(ids []int64) {
+	for _, id := range ids {
+		s := &t.shards[t.shard(id)]
+		s.mu.Lock()
+		delete(s.deleting, id)
+		s.mu.Unlock()
+	}
 }
 
 // each calls fn for every ledger (in no order) until it returns false.

@@ -281,6 +281,12 @@ func (h *cacheHalf) lastEntry(ledger int64) (int64, bool) {
 	return ls.last, len(ls.dense) > 0 || len(ls.sparse) > 0
 }
 
+// activate lets adds into a half that is becoming the active one. A half is sealed from its
+// flush until then, through reset: an add that loaded it as the active half and stalled while a
+// whole checkpoint ran must not put into it while it is the spare, which neither reads nor the
+// next flush look at.
+func (h *cacheHalf) activate() { h.sealed.Store(false) }
+
 // seal stops new adds and waits until adds in progress have finished.
 func (h *cacheHalf) seal() {
 	h.sealed.Store(true)
@@ -309,24 +315,34 @@ func (h *cacheHalf) sorted(dst []sortedEntry) []sortedEntry {
 	}
 	slices.SortFunc(ledgers, func(a, b *ledgerSlots) int { return cmp.Compare(a.id, b.id) })
 	for _, ls := range ledgers {
-		start := len(dst)
-		for i, slot := range ls.dense {
-			if slot.length >= 0 {
-				dst = append(dst, sortedEntry{entryKey{ls.id, ls.first + int64(i)}, slot})
-			}
-		}
-		if len(ls.sparse) == 0 {
-			continue
-		}
-		for e, slot := range ls.sparse {
-			dst = append(dst, sortedEntry{entryKey{ls.id, e}, slot})
-		}
-		slices.SortFunc(dst[start:], func(a, b sortedEntry) int { return cmp.Compare(a.key.entry, b.key.entry) })
+		dst = ls.appendSorted(dst)
 	}
 	return dst
 }
 
+// appendSorted appends the ledger's entries in entry order. Under ls.mu: a sealed half takes
+// no add, but DeleteLedger still empties a ledger of it (removeLedger).
+func (ls *ledgerSlots) appendSorted(dst []sortedEntry) []sortedEntry {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	start := len(dst)
+	for i, slot := range ls.dense {
+		if slot.length >= 0 {
+			dst = append(dst, sortedEntry{entryKey{ls.id, ls.first + int64(i)}, slot})
+		}
+	}
+	if len(ls.sparse) == 0 {
+		return dst
+	}
+	for e, slot := range ls.sparse {
+		dst = append(dst, sortedEntry{entryKey{ls.id, e}, slot})
+	}
+	slices.SortFunc(dst[start:], func(a, b sortedEntry) int { return cmp.Compare(a.key.entry, b.key.entry) })
+	return dst
+}
+
 // reset empties a sealed half for reuse, once no reader and no journal write uses its memory.
+// It stays sealed until activate.
 func (h *cacheHalf) reset() {
 	h.pendingJournal.Wait()
 	h.readers.Lock()
@@ -345,7 +361,6 @@ func (h *cacheHalf) reset() {
 	h.offset.Store(0)
 	h.count.Store(0)
 	h.bytes.Store(0)
-	h.sealed.Store(false)
 	h.readers.Unlock()
 }
 

@@ -175,7 +175,7 @@ var testStates = []LedgerState{
 	{Exists: true, Fenced: true, MasterKey: []byte("master-key-of-20-byt")},
 	{Exists: true, MasterKey: []byte("k"), ExplicitLAC: []byte{}},
 	{Exists: true, Fenced: true, MasterKey: []byte("k2"), ExplicitLAC: bytes.Repeat([]byte{1, 2, 3}, 30)},
-	{Exists: true, Limbo: true, Deleted: true, MasterKey: make([]byte, maxMasterKeyLen)},
+	{Exists: true, Limbo: true, Deleted: true, MasterKey: make([]byte, MaxMasterKeyLen)},
 	{Fenced: true},
 }
 
@@ -247,7 +247,7 @@ func TestLedgerStateEncoding(t *testing.T) {
 	if want := []byte{1, 0x13, 0, 2, 'a', 'b', 0, 0, 0, 1, 9}; !bytes.Equal(v, want) {
 		t.Fatalf("encoding %x, want %x", v, want)
 	}
-	if _, err := appendLedgerState(nil, &LedgerState{MasterKey: make([]byte, maxMasterKeyLen+1)}); !errors.Is(err, ErrTooLarge) {
+	if _, err := appendLedgerState(nil, &LedgerState{MasterKey: make([]byte, MaxMasterKeyLen+1)}); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("oversized master key: %v", err)
 	}
 }
@@ -339,7 +339,7 @@ func TestBadArguments(t *testing.T) {
 		func() { b.PutLedger(-1, LedgerState{}) },
 		func() { b.DeleteLedger(-1) },
 		func() { b.PutLedger(1, LedgerState{MasterKey: make([]byte, 1<<16)}) },
-		func() { b.PutLedger(1, LedgerState{ExplicitLAC: make([]byte, maxExplicitLACLen+1)}) },
+		func() { b.PutLedger(1, LedgerState{ExplicitLAC: make([]byte, MaxExplicitLACLen+1)}) },
 	} {
 		b.PutLocation(5, 5, 5) // a good write in the same batch is dropped with it
 		bad()

@@ -46,8 +46,13 @@ const (
 	flagsKnownV1      = flagExists | flagFenced | flagLimbo | flagDeleted | flagHasLAC
 
 	ledgerStateHeaderLen = 1 + 1 + 2 // version, flags, BE uint16 master key length
-	maxMasterKeyLen      = math.MaxUint16
-	maxExplicitLACLen    = 1 << 20 // far above a LAC packet; guards the decoder's allocations
+)
+
+// Limits of a ledger state's fields: a caller refuses longer ones up front (Batch.Commit would
+// fail with ErrTooLarge).
+const (
+	MaxMasterKeyLen   = math.MaxUint16
+	MaxExplicitLACLen = 1 << 20 // far above a LAC packet; guards the decoder's allocations
 )
 
 // putIDKey encodes prefix ‖ BE(ledgerID) ‖ BE(entryID) into k (17 bytes): a run key (entryID
@@ -134,11 +139,11 @@ type LedgerState struct {
 
 // appendLedgerState appends the version-1 encoding of st to dst.
 func appendLedgerState(dst []byte, st *LedgerState) ([]byte, error) {
-	if len(st.MasterKey) > maxMasterKeyLen {
-		return dst, fmt.Errorf("%w: master key of %d bytes (max %d)", ErrTooLarge, len(st.MasterKey), maxMasterKeyLen)
+	if len(st.MasterKey) > MaxMasterKeyLen {
+		return dst, fmt.Errorf("%w: master key of %d bytes (max %d)", ErrTooLarge, len(st.MasterKey), MaxMasterKeyLen)
 	}
-	if len(st.ExplicitLAC) > maxExplicitLACLen {
-		return dst, fmt.Errorf("%w: explicit LAC of %d bytes (max %d)", ErrTooLarge, len(st.ExplicitLAC), maxExplicitLACLen)
+	if len(st.ExplicitLAC) > MaxExplicitLACLen {
+		return dst, fmt.Errorf("%w: explicit LAC of %d bytes (max %d)", ErrTooLarge, len(st.ExplicitLAC), MaxExplicitLACLen)
 	}
 	var flags byte
 	if st.Exists {
@@ -200,7 +205,7 @@ func decodeLedgerState(v []byte) (LedgerState, error) {
 		}
 		m := binary.BigEndian.Uint32(rest)
 		rest = rest[4:]
-		if m > maxExplicitLACLen || uint64(len(rest)) < uint64(m) {
+		if m > MaxExplicitLACLen || uint64(len(rest)) < uint64(m) {
 			return corrupt("has a truncated explicit LAC")
 		}
 		st.ExplicitLAC = append(make([]byte, 0, m), rest[:m]...)

@@ -386,3 +386,28 @@ func TestURingWriteSyncerFailedWrite(t *testing.T) {
 		t.Fatal("Submit after Close succeeded")
 	}
 }
+
+// A directory is held by one Lock at a time, in this process as in another (an flock on its
+// LOCK file), and is free again after unlock.
+func TestLockHoldsADirectoryAlone(t *testing.T) {
+	for name, fs := range map[string]FS{"os": NewOS(), "mem": NewMem(4096)} {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "journal")
+			unlock, err := fs.Lock(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fs.Lock(dir + "/"); !errors.Is(err, ErrLocked) {
+				t.Fatalf("second lock of %s: %v, want ErrLocked", dir, err)
+			}
+			if err := unlock(); err != nil {
+				t.Fatal(err)
+			}
+			unlock, err = fs.Lock(dir)
+			if err != nil {
+				t.Fatalf("lock after unlock: %v", err)
+			}
+			unlock()
+		})
+	}
+}

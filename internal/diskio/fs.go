@@ -14,6 +14,7 @@ var (
 	ErrNotExist    = errors.New("diskio: file does not exist")
 	ErrExist       = errors.New("diskio: file already exists")
 	ErrUnsupported = errors.New("diskio: operation not supported by this file system")
+	ErrLocked      = errors.New("diskio: directory is locked by another user")
 )
 
 // Options says how a file is opened.
@@ -45,6 +46,9 @@ type FS interface {
 	Alignment(dir string) int
 	// Usage reports the total and free bytes of the file system holding dir.
 	Usage(dir string) (total, free uint64, err error)
+	// Lock takes dir (created if needed) for this user alone until unlock, or fails with
+	// ErrLocked: two bookies must never open one directory.
+	Lock(dir string) (unlock func() error, err error)
 }
 
 // File is an open file. Its methods are safe for concurrent use on distinct regions.

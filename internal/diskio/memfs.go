@@ -79,6 +79,7 @@ type Mem struct {
 	// capacity bounds the total live bytes (0 = unbounded); beyond it writes fail with ENOSPC.
 	capacity uint64
 	used     uint64
+	locked   map[string]bool // directories held by Lock
 }
 
 type memDir struct {
@@ -238,6 +239,29 @@ func (m *Mem) Rename(oldname, newname string) error {
 }
 
 // MkdirAll implements FS. Directories are durable at once.
+// Lock holds dir until unlock; a second Lock of it fails with ErrLocked.
+func (m *Mem) Lock(dir string) (func() error, error) {
+	if err := m.MkdirAll(dir); err != nil {
+		return nil, err
+	}
+	dir = filepath.Clean(dir)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.locked[dir] {
+		return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
+	}
+	if m.locked == nil {
+		m.locked = make(map[string]bool)
+	}
+	m.locked[dir] = true
+	return func() error {
+		m.mu.Lock()
+		delete(m.locked, dir)
+		m.mu.Unlock()
+		return nil
+	}, nil
+}
+
 func (m *Mem) MkdirAll(dir string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()

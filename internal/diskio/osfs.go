@@ -93,6 +93,31 @@ func (o *OS) Rename(oldname, newname string) error {
 }
 
 // MkdirAll implements FS.
+// LockFileName is the file in each directory that OS.Lock holds an flock on.
+const LockFileName = "LOCK"
+
+// Lock holds an exclusive flock on dir/LOCK. The kernel releases it when the process dies, so
+// a crash never leaves a directory locked; a second open of the file, in this process or
+// another, cannot take it.
+func (o *OS) Lock(dir string) (func() error, error) {
+	if err := o.MkdirAll(dir); err != nil {
+		return nil, err
+	}
+	name := filepath.Join(dir, LockFileName)
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("diskio: lock %s: %w", dir, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s (another bookie, or another process, uses it)", ErrLocked, dir)
+		}
+		return nil, fmt.Errorf("diskio: lock %s: %w", dir, err)
+	}
+	return f.Close, nil
+}
+
 func (o *OS) MkdirAll(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("diskio: mkdir %s: %w", dir, err)

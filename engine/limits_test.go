@@ -1,0 +1,238 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/ringkeeper/ringkeeper/internal/diskio"
+	"github.com/ringkeeper/ringkeeper/journal"
+)
+
+// An add loads the active half (h := d.active.Load() in ledgerDir.put) and is preempted before
+// h.put registers in h.writers while a whole checkpoint runs (swap, flush, reset). h is now the
+// spare half, which neither reads nor the next flush look at: the put must be refused (the add
+// then retries on the active half), or, if taken, the entry must be readable and survive a
+// crash after the next checkpoint, whose mark covers its journal record. It used to be taken
+// into the spare (reset cleared sealed) and lost.
+func TestAddStalledAcrossACheckpointIsNotLost(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := testConfig(t, fs, 1)
+	e := openTest(t, cfg)
+	const l = int64(5)
+	if err := addSync(e, testKey, storedEntry(l, 0), false); err != nil {
+		t.Fatal(err)
+	}
+	d := e.dir(l)
+	stored := storedEntry(l, 1)
+
+	// Engine.add → ledgerDir.put: h := d.active.Load() ...
+	h := d.active.Load()
+	// ... the goroutine is preempted here while a checkpoint runs to its end.
+	if err := e.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	// ... and resumes: the rest of ledgerDir.put and of Engine.add, verbatim.
+	mem, crc, ok := h.put(l, 1, stored, true)
+	if !ok {
+		return // refused: the add would retry on the active half (correct behaviour)
+	}
+	if h == d.active.Load() {
+		t.Fatal("test setup: h is active again")
+	}
+	done := make(chan error, 1)
+	op := e.addOps.Get().(*addOp)
+	op.half, op.done, op.ctx, op.e = h, func(_ any, err error) { done <- err }, nil, e
+	op.entry.Type, op.entry.LedgerID, op.entry.EntryID, op.entry.Payload = journal.RecordData, l, 1, mem
+	op.entry.SetPayloadCRC(crc)
+	if err := e.journals.For(l).Append(&op.entry); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Acknowledged. It must be readable...
+	if _, err := e.Read(l, 1, nil); err != nil {
+		t.Errorf("acknowledged entry %d/1 unreadable: %v", l, err)
+	}
+	// ... and survive a power loss after the next checkpoint (its mark covers the record).
+	if err := e.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	crashed := fs.Crash(diskio.CrashSyncedOnly, nil)
+	e.fail(errors.New("test crash")) // no final checkpoint: the process is gone
+	e.Close()
+	cfg.FS = crashed
+	e = openTest(t, cfg)
+	defer e.Close()
+	if _, err := e.Read(l, 1, nil); err != nil {
+		t.Fatalf("acknowledged entry %d/1 lost after a crash: %v", l, err)
+	}
+}
+
+// The index cannot store an explicit LAC over 1 MiB or a master key over 65535 bytes
+// (index.ErrTooLarge at Batch.Commit). Both must be refused up front: once journaled and
+// acknowledged, they failed the next checkpoint, the engine for good, and every replay after a
+// restart.
+func TestOversizedLedgerStateIsRefusedUpFront(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		do   func(e *Engine) error
+	}{
+		{"explicitLAC", func(e *Engine) error {
+			if err := addSync(e, testKey, storedEntry(3, 0), false); err != nil {
+				return err
+			}
+			done := make(chan error, 1)
+			if err := e.SetExplicitLAC(3, testKey, make([]byte, 1<<20+1), func(_ any, err error) { done <- err }, nil); err != nil {
+				return err
+			}
+			return <-done
+		}},
+		{"masterKey", func(e *Engine) error {
+			return addSync(e, make([]byte, 1<<16), storedEntry(3, 0), false)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := diskio.NewMem(4096)
+			cfg := testConfig(t, fs, 1)
+			cfg.Journal.MaxRecordSize = 2 << 20 // above the index limits (default 5 MiB)
+			cfg.Journal.MaxFileSize = 16 << 20
+			e := openTest(t, cfg)
+			if err := tc.do(e); err != nil {
+				e.Close()
+				if !errors.Is(err, ErrBadEntry) {
+					t.Fatalf("refused with %v, want ErrBadEntry", err)
+				}
+				return
+			}
+			if err := e.Checkpoint(); err != nil {
+				t.Errorf("an accepted request failed the checkpoint: %v", err)
+			}
+			if err := addSync(e, testKey, storedEntry(4, 0), false); err != nil {
+				t.Errorf("an accepted request failed later adds of other ledgers: %v", err)
+			}
+			e.Close()
+			e2, err := Open(cfg)
+			if err != nil {
+				t.Fatalf("restart fails: %v", err)
+			}
+			e2.Close()
+		})
+	}
+}
+
+// A deleted ledger's id is refused for new writes until the index has committed the deletion
+// (which drops every location of the id): a ledger created again before that lost its
+// acknowledged entries to the older deletion applied after them in the same batch. Once the
+// deletion is committed the id can be used again, and its new entries survive.
+func TestLedgerIDReusedOnlyAfterItsDeletionIsCommitted(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := testConfig(t, fs, 1)
+	e := openTest(t, cfg)
+	const l = int64(9)
+	if err := addSync(e, testKey, storedEntry(l, 0), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.DeleteLedger(l); err != nil {
+		t.Fatal(err)
+	}
+	if err := addSync(e, testKey, storedEntry(l, 1), false); !errors.Is(err, ErrTooManyRequests) {
+		t.Fatalf("add to a ledger whose deletion is not committed: %v, want ErrTooManyRequests", err)
+	}
+	if e.Exists(l) {
+		t.Fatal("a refused add created the ledger")
+	}
+	if err := e.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if err := addSync(e, testKey, storedEntry(l, 1), false); err != nil {
+		t.Fatalf("add after the deletion was committed: %v", err)
+	}
+	if err := e.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Read(l, 1, nil); err != nil {
+		t.Errorf("acknowledged entry %d/1 after the checkpoint: %v", l, err)
+	}
+	if _, err := e.Read(l, 0, nil); !errors.Is(err, ErrNoEntry) {
+		t.Errorf("entry %d/0 of the deleted ledger: %v, want ErrNoEntry", l, err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = openTest(t, cfg)
+	defer e.Close()
+	if _, err := e.Read(l, 1, nil); err != nil {
+		t.Errorf("acknowledged entry %d/1 after a restart: %v", l, err)
+	}
+}
+
+// DeleteLedger empties the ledger's slots in the half being flushed (removeLedger) while the
+// flush lists them (cacheHalf.sorted): the listing must hold the ledger's lock. Entries more
+// than maxDenseGap apart (a sparse map of 40000) make the window wide: without the lock the
+// process died with "concurrent map iteration and map write" (and -race reports it).
+func TestDeleteLedgerDuringFlush(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := testConfig(t, fs, 1)
+	e := openTest(t, cfg)
+	defer e.Close()
+	const l = int64(11)
+	var wg sync.WaitGroup
+	for i := int64(0); i < 40000; i++ {
+		b := make([]byte, storedEntryHeader+1)
+		binary.BigEndian.PutUint64(b[0:], uint64(l))
+		binary.BigEndian.PutUint64(b[8:], uint64(i*(maxDenseGap+10)))
+		wg.Add(1)
+		if err := e.Add(testKey, b, false, func(any, error) { wg.Done() }, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	e.setCheckpointHook(func(s checkpointStep) error {
+		if s == stepHalvesSwapped {
+			wg.Go(func() { _ = e.DeleteLedger(l) })
+		}
+		return nil
+	})
+	if err := e.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+}
+
+// An add of an entry above the largest record (the journal's and the entry log's limit) is
+// refused and changes nothing: it is not readable and does not break the next checkpoint. It
+// used to land in the write cache before the journal refused it, and the checkpoint then failed
+// the engine.
+func TestOversizedAddChangesNothing(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := testConfig(t, fs, 1)
+	e := openTest(t, cfg)
+	defer e.Close()
+	if err := addSync(e, testKey, storedEntry(1, 0), false); err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, cfg.Journal.MaxRecordSize+1)
+	binary.BigEndian.PutUint64(big[0:], 1)
+	binary.BigEndian.PutUint64(big[8:], 1)
+	if err := addSync(e, testKey, big, false); !errors.Is(err, ErrBadEntry) {
+		t.Fatalf("an add above MaxRecordSize: %v, want ErrBadEntry", err)
+	}
+	if got, err := e.Read(1, 1, nil); err == nil {
+		t.Errorf("the refused entry is readable (%d bytes)", len(got))
+	}
+	if err := e.Checkpoint(); err != nil {
+		t.Errorf("checkpoint after a refused oversized add: %v", err)
+	}
+	if err := e.Err(); err != nil {
+		t.Errorf("engine failed after a refused oversized add: %v", err)
+	}
+	if err := addSync(e, testKey, storedEntry(1, 2), false); err != nil {
+		t.Errorf("add after a refused oversized add: %v", err)
+	}
+}
