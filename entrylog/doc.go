@@ -110,7 +110,9 @@
 // records after a bad one prove nothing by themselves. Each padding record therefore carries a
 // durable claim: the offset of the end of the log's last completed Flush when it was written.
 // If any valid padding after the bad record claims an offset beyond it, the bad record was
-// durable once: corruption. Otherwise the scan ends there.
+// durable once: corruption. Otherwise the scan ends there. A file that ends before the offset
+// it proves durable (a finalized log shorter than its map offset, whatever lies before the cut)
+// is corruption too: nothing legitimate produces one, and a scan never ends short of it cleanly.
 //
 // One case cannot be told apart: damage inside the last completed Flush of a log that a crash
 // left unfinalized, when no later Flush's padding survived; it ends the scan like a torn tail.

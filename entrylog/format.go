@@ -77,6 +77,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // that name the file and offset.
 var (
 	errShortRecord   = errors.New("entrylog: record extends past the end of the data")
+	errShortFile     = errors.New("entrylog: file ends inside its durable data")
 	errBadRecordType = errors.New("entrylog: bad record type")
 	errBadReserved   = errors.New("entrylog: reserved record bytes are not zero")
 	errRecordCRC     = errors.New("entrylog: record header checksum mismatch")

@@ -25,8 +25,9 @@ var errNoMap = errors.New("entrylog: log has no ledgers map")
 // error wrapping ErrCorrupt that names the file and offset) when the log proves that it was
 // durable: it lies before the header's map offset (a finalized log), before the last Flush of
 // a log this instance is writing, or before the durable offset that a later valid padding
-// record claims (doc.go). Only the flushed part of a log being written is scanned. Safe for
-// concurrent use.
+// record claims (doc.go). A file that ends before the offset it proves durable (a finalized log
+// cut short of its map offset) is corruption too, reported before fn is called, never a shorter
+// clean scan. Only the flushed part of a log being written is scanned. Safe for concurrent use.
 func (e *EntryLog) Scan(id uint64, fn func(ledgerID, entryID int64, entry []byte, loc Location) error) error {
 	_, err := e.scan(id, func(rh *recordHeader, payload []byte, off int64) error {
 		return fn(int64(rh.a), int64(rh.b), payload, NewLocation(id, off))
@@ -48,7 +49,8 @@ func (e *EntryLog) LedgersMap(id uint64) (map[int64]uint64, error) {
 // valid data (scannedTo; -1 when the map was read). Records at or after it were not counted: a
 // torn tail, or damage in the last run of an unfinalized log that nothing after it proves
 // durable, which a caller holding other evidence (an index pointing there) must treat as
-// corruption.
+// corruption. For a finalized log whose map is damaged, scannedTo is its map offset: a scan
+// that cannot reach it (damage before it, or a file that ends before it) fails with ErrCorrupt.
 func (e *EntryLog) LedgersMapScanned(id uint64) (m map[int64]uint64, scannedTo int64, err error) {
 	m, err = e.readLedgersMap(id)
 	if err == nil {
@@ -202,21 +204,27 @@ func (e *EntryLog) scan(id uint64, fn func(rh *recordHeader, payload []byte, off
 	defer r.close()
 	path := r.h.path
 	dataStart, end := int64(e.align), r.size
-	// Every record below durable must be valid.
-	durable := int64(0)
+	// Every record below durable must be valid, and the file must reach it.
+	durable, what := int64(0), ""
 	switch {
 	case r.hdrErr == nil:
 		dataStart = int64(r.hdr.headerSize)
 		if r.hdr.mapOffset != 0 {
 			end = min(end, int64(r.hdr.mapOffset))
-			durable = int64(r.hdr.mapOffset)
+			durable, what = int64(r.hdr.mapOffset), "the ledgers map offset its header names"
 		}
 	case !errors.Is(r.hdrErr, errNoHeader):
 		e.log.Warn("entry log header is damaged; scanning without it", "file", path, "err", r.hdrErr)
 	}
 	if r.limit != math.MaxInt64 {
 		end = min(end, r.limit)
-		durable = end
+		durable, what = r.limit, "the end of its last completed flush"
+	}
+	if end < durable {
+		// The data and the map are durable before the header names the map, and a flush's
+		// data before the flush returns: nothing legitimate leaves the file short of either.
+		return 0, corruptf(path, end, fmt.Errorf("%w: the file ends at %d, before %s (%d): durable data is lost",
+			errShortFile, r.size, what, durable))
 	}
 	for pos := dataStart; pos < end; {
 		rh, payload, err := r.record(pos, end)
