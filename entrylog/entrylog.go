@@ -73,6 +73,11 @@ type readHandle struct {
 	f     diskio.File
 	align int // of reads: EntryLog.readAlign
 	refs  atomic.Int32
+	// dataStart is the size of the log's header block, where its records start (0 until known):
+	// the alignment of the instance that created the log, which the header records. It is set
+	// when the handle is opened for a log this instance writes, and otherwise read from the
+	// header the first time a read fails (headerBlock).
+	dataStart atomic.Int64
 }
 
 // Open opens (creating if needed) the entry logs in cfg.Dir and starts a new log, with an id
@@ -325,6 +330,9 @@ func (e *EntryLog) openHandle(id uint64) (*readHandle, int64, error) {
 			e.readAlign = min(e.align, max(512, e.fs.Alignment(path)))
 		}
 		h = &readHandle{id: id, path: path, salt: logSalt(id), f: f, align: e.readAlign}
+		if _, writing := e.writing[id]; writing {
+			h.dataStart.Store(int64(e.align)) // e.header
+		}
 		h.refs.Store(1)
 		e.handles[id] = h
 	}

@@ -17,8 +17,8 @@ var (
 	ErrCorrupt = errors.New("entrylog: corrupt data")
 	// ErrNoSuchLog is returned for a log id that does not exist (never created, or removed).
 	ErrNoSuchLog = errors.New("entrylog: no such entry log")
-	// ErrBadLocation is returned for a location outside a log's readable data: below the header,
-	// past the end of the file, or past the last completed Flush of a log being written.
+	// ErrBadLocation is returned for a location outside a log's readable data: inside the header
+	// block, past the end of the file, or past the last completed Flush of a log being written.
 	ErrBadLocation = errors.New("entrylog: location outside the log's data")
 	// ErrEntryTooLarge is returned by Add for an entry above MaxEntrySize.
 	ErrEntryTooLarge = errors.New("entrylog: entry too large")

@@ -2,6 +2,8 @@ package entrylog
 
 import (
 	"bytes"
+	"errors"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -76,4 +78,79 @@ func TestReadUsesTheDevicesAlignment(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestHeaderBlockIsBadLocationAtLargeAlignment: where the direct-I/O alignment is above 4 KiB
+// the header block is that large and records start after it; a location inside the header
+// block is below the log's data (ErrBadLocation, as at 4 KiB), not a corrupt record. So is one
+// inside the header block of a log written with a larger alignment than the current device's.
+func TestHeaderBlockIsBadLocationAtLargeAlignment(t *testing.T) {
+	fs := diskio.NewMem(8192)
+	e := mustOpen(t, memConfig(fs))
+	entries := addRange(t, e, []int64{1}, 0, 10)
+	if err := e.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	cur := e.CurrentLogID()
+	if entries[0].loc.Offset() != 8192 {
+		t.Fatalf("first record at %d, want 8192 (after an 8 KiB header block)", entries[0].loc.Offset())
+	}
+	check := func(e *EntryLog, what string) {
+		t.Helper()
+		for _, off := range []int64{100, 4096, 6000, 8191} {
+			_, err := e.Read(NewLocation(cur, off), 1, 0, nil)
+			if !errors.Is(err, ErrBadLocation) {
+				t.Errorf("%s: read at offset %d, inside the 8 KiB header block: %v, want ErrBadLocation", what, off, err)
+			}
+			err = e.ReadAhead(NewLocation(cur, off), 1<<16, func(int64, int64, []byte, Location) bool { return true })
+			if !errors.Is(err, ErrBadLocation) {
+				t.Errorf("%s: read-ahead at offset %d, inside the 8 KiB header block: %v, want ErrBadLocation", what, off, err)
+			}
+		}
+		checkRead(t, e, entries)
+	}
+	check(e, "the log being written")
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = mustOpen(t, memConfig(fs))
+	check(e, "a finalized log")
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The same files on a 4 KiB device: the header still says 8 KiB.
+	e = mustOpen(t, memConfig(copyDir(t, fs, diskio.NewMem(4096), "/data/current")))
+	defer e.Close()
+	check(e, "a finalized log on a 4 KiB device")
+}
+
+// copyDir copies the files of dir from one FS to another (a disk moved to another device) and
+// returns to.
+func copyDir(t *testing.T, from diskio.FS, to *diskio.Mem, dir string) *diskio.Mem {
+	t.Helper()
+	names, err := from.List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := to.MkdirAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		path := filepath.Join(dir, name)
+		f, err := to.Create(path, diskio.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(readFileBytes(t, from, path), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	if err := to.SyncDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	return to
 }

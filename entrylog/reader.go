@@ -19,9 +19,9 @@ var errNotEntry = errors.New("entrylog: record is not an entry")
 // aligned sectors that hold the record with O_DIRECT, verifies both checksums and that the record
 // is that entry. Damage of any kind (a checksum mismatch, another entry, no record at loc) is an
 // error wrapping ErrCorrupt that names the file and offset: never "not found". A location in a
-// log that does not exist gives ErrNoSuchLog; one outside the log's readable data (below the
-// header, past the end of the file, past the last Flush of the log being written) gives
-// ErrBadLocation. Safe for concurrent use.
+// log that does not exist gives ErrNoSuchLog; one outside the log's readable data (inside the
+// header block, whose size is the alignment the log was created with, past the end of the file,
+// past the last Flush of the log being written) gives ErrBadLocation. Safe for concurrent use.
 func (e *EntryLog) Read(loc Location, ledgerID, entryID int64, dst []byte) ([]byte, error) {
 	h, limit, err := e.acquire(loc.LogID())
 	if err != nil {
@@ -126,11 +126,11 @@ func (e *EntryLog) readRecord(c *cursor, h *readHandle, off int64, minRead int, 
 	}
 	rh, err := decodeRecordHeader(b, h.salt, e.cfg.MaxEntrySize)
 	if err != nil {
-		return rh, nil, corruptf(h.path, off, err)
+		return rh, nil, e.corruptOrHeader(c, h, off, err)
 	}
 	size := rh.size()
 	if off+size > c.limit {
-		return rh, nil, corruptf(h.path, off, fmt.Errorf("%w: the record ends at %d, past the flushed data at %d",
+		return rh, nil, e.corruptOrHeader(c, h, off, fmt.Errorf("%w: the record ends at %d, past the flushed data at %d",
 			errShortRecord, off+size, c.limit))
 	}
 	if need := diskio.AlignUp(off+size, h.align) - diskio.AlignDown(off, h.align); need > int64(len(c.buf)) {
@@ -144,9 +144,40 @@ func (e *EntryLog) readRecord(c *cursor, h *readHandle, off int64, minRead int, 
 	}
 	rh, payload, err := decodeRecord(full, h.salt, e.cfg.MaxEntrySize)
 	if err != nil {
-		return rh, nil, corruptf(h.path, off, err)
+		return rh, nil, e.corruptOrHeader(c, h, off, err)
 	}
 	return rh, payload, nil
+}
+
+// corruptOrHeader returns the error for an invalid record at off: ErrBadLocation when off lies
+// inside the log's header block (larger than minHeaderBlock where the log was created with a
+// larger alignment), an ErrCorrupt error with cause otherwise. It is called only when a read
+// fails, so that reads of valid records never read the header.
+func (e *EntryLog) corruptOrHeader(c *cursor, h *readHandle, off int64, cause error) error {
+	if start := e.headerBlock(c, h); off < start {
+		return fmt.Errorf("%w: %s offset %d is inside the log's %d-byte header block", ErrBadLocation, h.path, off, start)
+	}
+	return corruptf(h.path, off, cause)
+}
+
+// headerBlock returns the size of log h's header block (where its records start), reading the
+// header through c the first time. It returns minHeaderBlock, without remembering it, when the
+// header cannot be read or is not valid: then every offset from there on may hold a record.
+func (e *EntryLog) headerBlock(c *cursor, h *readHandle) int64 {
+	if start := h.dataStart.Load(); start != 0 {
+		return start
+	}
+	b := c.at(0, logHeaderFields, logHeaderFields)
+	if c.err != nil {
+		c.err = nil // the record's damage is the error to report
+		return minHeaderBlock
+	}
+	hdr, err := decodeLogHeader(b)
+	if err != nil || hdr.logID != h.id {
+		return minHeaderBlock
+	}
+	h.dataStart.Store(int64(hdr.headerSize))
+	return int64(hdr.headerSize)
 }
 
 // cursor reads a file through one aligned buffer with aligned O_DIRECT reads, keeping a window
