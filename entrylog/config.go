@@ -27,7 +27,8 @@ type Config struct {
 	// and scans reject records above it.
 	MaxEntrySize int
 	// WriteBufferSize is the size of each aligned write buffer (1 MiB); records are appended to a
-	// buffer and a full buffer is written as one O_DIRECT write.
+	// buffer and a full buffer is written as one O_DIRECT write. Open rounds it up to a multiple
+	// of the device's direct-I/O alignment.
 	WriteBufferSize int
 	// WriteBuffers is the number of write buffers (2, at least 2): while some are being written,
 	// the writer fills the next.
@@ -44,6 +45,10 @@ type Config struct {
 
 	// ReadBufferSize is the size of each pooled aligned read buffer (128 KiB): it bounds what
 	// one Read or ReadAhead reads with the small buffers. Larger records use a large buffer.
+	// Direct-I/O reads cover whole units of the device's alignment, which Open finds out (the
+	// user may not know it, and it changes with the device): Open rounds the size up to a
+	// multiple of it, and to at least two units, rather than refusing it, as for
+	// WriteBufferSize. The default needs no rounding for alignments up to 64 KiB.
 	ReadBufferSize int
 	// ReadBuffers is the number of small read buffers (64): at most this many reads run at once.
 	ReadBuffers int
@@ -131,6 +136,13 @@ func (c *Config) checkAlignment(align int) error {
 // minLogSize is the smallest LogSizeLimit that holds the header block and one largest record.
 func (c *Config) minLogSize(align int) int64 {
 	return int64(align) + diskio.AlignUp(int64(2*recordHeaderSize+c.MaxEntrySize), align)
+}
+
+// smallBufferSize is the size of the small read buffers for ReadBufferSize size and the
+// alignment: a whole number of alignment units, at least two, so that a record header that
+// straddles a unit boundary fits (and so does the first unit of a log, its header).
+func smallBufferSize(size, align int) int {
+	return max(int(diskio.AlignUp(int64(size), align)), 2*align)
 }
 
 // largeBufferSize is the size of a buffer that holds any record read from an aligned offset.

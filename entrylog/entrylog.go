@@ -136,7 +136,7 @@ func Open(cfg Config) (*EntryLog, error) {
 }
 
 func (e *EntryLog) openPools() error {
-	if err := e.small.open(e.cfg.ReadBufferSize, e.cfg.ReadBuffers); err != nil {
+	if err := e.small.open(smallBufferSize(e.cfg.ReadBufferSize, e.align), e.cfg.ReadBuffers); err != nil {
 		return err
 	}
 	if err := e.large.open(largeBufferSize(e.cfg.MaxEntrySize, e.align), e.cfg.LargeReadBuffers); err != nil {

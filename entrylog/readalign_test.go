@@ -3,6 +3,7 @@ package entrylog
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -122,6 +123,41 @@ func TestHeaderBlockIsBadLocationAtLargeAlignment(t *testing.T) {
 	e = mustOpen(t, memConfig(copyDir(t, fs, diskio.NewMem(4096), "/data/current")))
 	defer e.Close()
 	check(e, "a finalized log on a 4 KiB device")
+}
+
+// TestReadBufferSizeRoundedUpToTheAlignment: ReadBufferSize is a size in bytes, and the
+// device's direct-I/O alignment is something the user may not know: Open accepts a size that is
+// not a multiple of it (or is below two units) and rounds the read buffers up, so reads work.
+func TestReadBufferSizeRoundedUpToTheAlignment(t *testing.T) {
+	for _, tc := range []struct{ align, bufSize int }{{8192, 12 << 10}, {32768, 16 << 10}} {
+		t.Run(fmt.Sprintf("align %d size %d", tc.align, tc.bufSize), func(t *testing.T) {
+			cfg := memConfig(diskio.NewMem(tc.align))
+			cfg.ReadBufferSize = tc.bufSize
+			e := mustOpen(t, cfg)
+			defer e.Close()
+			entries := addRange(t, e, []int64{1, 2}, 0, 30)
+			if err := e.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			checkRead(t, e, entries)
+			a := entries[0]
+			n := 0
+			err := e.ReadAhead(a.loc, 1<<20, func(l, en int64, data []byte, _ Location) bool {
+				if !bytes.Equal(data, testEntry(l, en)) {
+					t.Errorf("read-ahead of %d/%d: wrong bytes", l, en)
+				}
+				n++
+				return true
+			})
+			if err != nil || n == 0 {
+				t.Errorf("read-ahead: %v after %d entries", err, n)
+			}
+			n = 0
+			if err := e.Scan(a.loc.LogID(), func(int64, int64, []byte, Location) error { n++; return nil }); err != nil || n != len(entries) {
+				t.Errorf("scan: %v after %d entries, want %d", err, n, len(entries))
+			}
+		})
+	}
 }
 
 // copyDir copies the files of dir from one FS to another (a disk moved to another device) and
