@@ -118,9 +118,24 @@ func (o *OS) Lock(dir string) (func() error, error) {
 	return f.Close, nil
 }
 
+// MkdirAll creates dir and its missing parents, and makes each new directory's entry durable
+// (an fsync of its parent): files made durable inside a directory whose own entry is not would
+// be lost with it.
 func (o *OS) MkdirAll(dir string) error {
+	var created []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil || d == filepath.Dir(d) {
+			break
+		}
+		created = append(created, d)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("diskio: mkdir %s: %w", dir, err)
+	}
+	for _, d := range created {
+		if err := o.SyncDir(filepath.Dir(d)); err != nil {
+			return err
+		}
 	}
 	return nil
 }
