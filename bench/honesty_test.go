@@ -91,3 +91,15 @@ func TestJournalClosedLoopLatencyIsFromSend(t *testing.T) {
 			res.LatencyUs.P50, bound)
 	}
 }
+
+// A positive rate beyond what a nanosecond clock can pace stays open loop: it once became an
+// interval of 0, which is the closed loop's marker.
+func TestPacerNeverTurnsAHugeRateIntoAClosedLoop(t *testing.T) {
+	p := newPacer(1e12, 1)
+	if p.closedLoop() {
+		t.Fatal("rate 1e12/s paced as a closed loop")
+	}
+	if due := p.wait(); p.wait() <= due {
+		t.Fatal("two operations due at the same time")
+	}
+}

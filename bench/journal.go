@@ -105,7 +105,9 @@ type pacer struct{ interval, next int64 }
 func newPacer(rate float64, goroutines int) pacer {
 	p := pacer{next: monotime.Now()}
 	if rate > 0 {
-		p.interval = int64(float64(time.Second) * float64(goroutines) / rate)
+		// At least 1 ns: a rate beyond what a nanosecond clock can pace stays open loop (as fast
+		// as it can go, latency from each due time), never silently closed loop.
+		p.interval = max(1, int64(float64(time.Second)*float64(goroutines)/rate))
 	}
 	return p
 }

@@ -247,7 +247,7 @@ func (c *rawConn) readLoop(ctx context.Context) error {
 // pace is the open loop: every interval it sends each connection the adds that have come
 // due (its share of rate), as far as its in-flight limit allows; the others stay due.
 func pace(ctx context.Context, conns []*rawConn, rate float64, interval time.Duration) {
-	step := int64(float64(time.Second) * float64(len(conns)) / rate) // per connection
+	step := max(1, int64(float64(time.Second)*float64(len(conns))/rate)) // per connection, ns
 	start := monotime.Now()
 	for ctx.Err() == nil {
 		now := monotime.Now()
