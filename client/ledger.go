@@ -148,6 +148,10 @@ func (lh *Ledger) setMetadataLocked(md *metadata.LedgerMetadata, version metadat
 // ID returns the ledger id.
 func (lh *Ledger) ID() int64 { return lh.id }
 
+// MaxEntrySize is the largest payload Append takes (larger ones fail with ErrEntryTooLarge):
+// the frame limit less the request's headers and the ledger's digest.
+func (lh *Ledger) MaxEntrySize() int { return lh.c.maxPayload(lh.dg) }
+
 // Metadata returns a copy of the ledger's metadata as this handle knows it.
 func (lh *Ledger) Metadata() *metadata.LedgerMetadata {
 	lh.mu.Lock()

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -79,7 +80,8 @@ func shellLedgerCommand() *cobra.Command {
 	appendCmd := &cobra.Command{
 		Use:   "append LEDGER [ENTRY...]",
 		Short: "Append entries (the arguments, or lines of stdin) to an open ledger this command created or recovers",
-		Long: `Appends each argument as one entry; with no entry arguments, each line of stdin. The ledger
+		Long: `Appends each argument as one entry; with no entry arguments, each line of stdin (all of it is
+read first: a line longer than the largest entry fails the command with nothing appended). The ledger
 must have been created by "ledger create" and not closed: the shell writes through a fresh handle
 that continues after the ledger's last entry (it recovers the ledger's tail first, which fences any
 other writer).`,
@@ -92,9 +94,8 @@ other writer).`,
 				}
 				entries := args[1:]
 				if len(entries) == 0 {
-					sc := bufio.NewScanner(cmd.InOrStdin())
-					for sc.Scan() {
-						entries = append(entries, sc.Text())
+					if entries, err = readLines(cmd.InOrStdin(), lh.MaxEntrySize()); err != nil {
+						return fmt.Errorf("stdin: %w; nothing appended", err)
 					}
 				}
 				for _, data := range entries {
@@ -189,6 +190,25 @@ other writer).`,
 	}
 	cmd.AddCommand(create, appendCmd, read, list, closeCmd, del)
 	return cmd
+}
+
+// readLines reads every line of r, each of at most max bytes (one entry each). All of r is
+// read before anything is appended, so a line too long fails the whole input, not its tail.
+func readLines(r io.Reader, max int) ([]string, error) {
+	sc := bufio.NewScanner(r)
+	// The buffer holds a line and its "\r\n"; a longer one stops the scan with ErrTooLong.
+	sc.Buffer(make([]byte, 0, min(64<<10, max+2)), max+2)
+	var lines []string
+	for sc.Scan() {
+		if len(sc.Bytes()) > max {
+			return nil, fmt.Errorf("line %d is %d bytes, more than the largest entry (%d bytes)", len(lines)+1, len(sc.Bytes()), max)
+		}
+		lines = append(lines, sc.Text())
+	}
+	if errors.Is(sc.Err(), bufio.ErrTooLong) {
+		return nil, fmt.Errorf("line %d is longer than the largest entry (%d bytes)", len(lines)+1, max)
+	}
+	return lines, sc.Err()
 }
 
 func listLedgers(ctx context.Context, cl *client.Client, w io.Writer) error {

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ringkeeper/ringkeeper/client"
+	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
+)
+
+// runShell runs `ringkeeper shell ARGS...` in-process with stdin.
+func runShell(ctx context.Context, stdin io.Reader, args ...string) error {
+	cmd := shellCommand()
+	cmd.SetArgs(args)
+	cmd.SetIn(stdin)
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	return cmd.ExecuteContext(ctx)
+}
+
+// TestAppendFromStdinTakesLinesUpToTheLargestEntry: `shell ledger append ID` appends each line
+// of stdin as an entry, lines of any size up to the largest entry the ledger takes (not only up
+// to bufio.Scanner's default of 64 KiB). A longer line fails the command and nothing of that
+// input is appended.
+func TestAppendFromStdinTakesLinesUpToTheLargestEntry(t *testing.T) {
+	c := clustertest.Start(t, 1)
+	ctx := context.Background()
+	cl, err := client.New(ctx, client.DefaultConfig(c.MetadataURI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	lh, err := cl.CreateLedger(ctx, client.CreateOptions{EnsembleSize: 1, WriteQuorum: 1, AckQuorum: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strconv.FormatInt(lh.ID(), 10)
+	long := strings.Repeat("x", 70_000)
+	if err := runShell(ctx, strings.NewReader("first\n"+long+"\r\nlast\n"), "ledger", "append", "--metadata", c.MetadataURI(), id); err != nil {
+		t.Fatalf("append of 3 stdin lines (the 2nd of 70000 bytes): %v", err)
+	}
+	tooLong := strings.Repeat("y", lh.MaxEntrySize()+1)
+	err = runShell(ctx, strings.NewReader("more\n"+tooLong+"\nlast\n"), "ledger", "append", "--metadata", c.MetadataURI(), id)
+	if err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("append of a stdin line of %d bytes, one over the largest entry: %v, want an error naming line 2", len(tooLong), err)
+	}
+	rh, err := cl.OpenLedger(ctx, lh.ID(), nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lac := rh.LastAddConfirmed(); lac != 2 {
+		t.Fatalf("after the appends the ledger's last entry is %d, want 2", lac)
+	}
+	es, err := rh.Read(ctx, 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"first", long, "last"} {
+		if string(es[i].Payload) != want {
+			t.Fatalf("entry %d holds %d bytes, want %d", i, len(es[i].Payload), len(want))
+		}
+	}
+}
+
+// TestReadLinesUpToMax: each line may be max bytes (with "\n" or "\r\n", or none at the end);
+// one byte more is an error naming the line.
+func TestReadLinesUpToMax(t *testing.T) {
+	lines, err := readLines(strings.NewReader("abcd\r\nefgh\nij\nklmn"), 4)
+	if err != nil || strings.Join(lines, ",") != "abcd,efgh,ij,klmn" {
+		t.Fatalf("lines of up to 4 bytes, max 4: %q, %v", lines, err)
+	}
+	for _, in := range []string{"ab\nabcde\ncd\n", "ab\nabcde", "ab\nabcde\r\n", "ab\nabcdefgh\n"} {
+		if lines, err := readLines(strings.NewReader(in), 4); err == nil || !strings.Contains(err.Error(), "line 2") {
+			t.Errorf("%q, max 4: %q, %v; want an error naming line 2", in, lines, err)
+		}
+	}
+}
