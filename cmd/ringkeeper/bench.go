@@ -17,10 +17,10 @@ import (
 )
 
 func benchCommand() *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := commandGroup(&cobra.Command{
 		Use:   "bench",
 		Short: "Run a benchmark workload",
-	}
+	})
 	cmd.AddCommand(benchJournalCommand(), benchStorageCommand(), benchServerCommand(), benchWriteCommand(), benchReadCommand(),
 		benchTailCommand(), benchStressCommand())
 	cmd.AddCommand(benchDlogCommand())

@@ -17,18 +17,19 @@ import (
 // entry logs, through the bookie's admin HTTP API.
 func shellGCCommand() *cobra.Command {
 	var addr string
-	cmd := &cobra.Command{
+	cmd := commandGroup(&cobra.Command{
 		Use:   "gc",
 		Short: "Garbage collection and compaction of a bookie's entry logs",
 		Long: `Drives a bookie's garbage collector through its admin HTTP API (served on
 prometheusStatsHttpPort): trigger a run, show its state, suspend or resume compaction.`,
-	}
+	})
 	cmd.PersistentFlags().StringVar(&addr, "bookie-http", "127.0.0.1:8000", "the bookie's admin HTTP address (host:port)")
 
 	var major, minor bool
 	trigger := &cobra.Command{
 		Use:   "trigger",
 		Short: "Run garbage collection now (with --major or --minor: that compaction, whatever its interval)",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return adminCall(cmd.Context(), cmd.OutOrStdout(), "PUT", addr, "/api/v1/bookie/gc",
 				map[string]bool{"forceMajor": major, "forceMinor": minor})
@@ -40,6 +41,7 @@ prometheusStatsHttpPort): trigger a run, show its state, suspend or resume compa
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "Show the garbage collector's state: last runs, reclaimed bytes, each entry log's live share",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return adminCall(cmd.Context(), cmd.OutOrStdout(), "GET", addr, "/api/v1/bookie/gc_details", nil)
 		},
@@ -50,6 +52,7 @@ prometheusStatsHttpPort): trigger a run, show its state, suspend or resume compa
 		c := &cobra.Command{
 			Use:   verb,
 			Short: strings.ToUpper(verb[:1]) + verb[1:] + " compaction (major and minor unless --major or --minor)",
+			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				if !major && !minor {
 					major, minor = true, true

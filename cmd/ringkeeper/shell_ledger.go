@@ -50,7 +50,7 @@ func (m *metadataFlag) withLedger(ctx context.Context, arg string, fn func(cl *c
 func shellLedgerCommand() *cobra.Command {
 	var md metadataFlag
 	var password string
-	cmd := &cobra.Command{Use: "ledger", Short: "Create, write, read, list and delete ledgers"}
+	cmd := commandGroup(&cobra.Command{Use: "ledger", Short: "Create, write, read, list and delete ledgers"})
 	md.register(cmd)
 	cmd.PersistentFlags().StringVar(&password, "password", "", "ledger password")
 
@@ -58,6 +58,7 @@ func shellLedgerCommand() *cobra.Command {
 	create := &cobra.Command{
 		Use:   "create",
 		Short: "Create a ledger and print its id",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cl, err := md.client(cmd.Context())
 			if err != nil {
@@ -153,6 +154,7 @@ other writer).`,
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List ledgers with their state",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cl, err := md.client(cmd.Context())
 			if err != nil {
@@ -244,11 +246,12 @@ func printable(b []byte) string {
 // shellBookiesCommand is `ringkeeper shell bookies list`.
 func shellBookiesCommand() *cobra.Command {
 	var md metadataFlag
-	cmd := &cobra.Command{Use: "bookies", Short: "Registered bookies"}
+	cmd := commandGroup(&cobra.Command{Use: "bookies", Short: "Registered bookies"})
 	md.register(cmd)
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List registered bookies (writable and read-only)",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 15*time.Second)
 			defer cancel()

@@ -1,15 +1,57 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	"github.com/ringkeeper/ringkeeper/client"
 	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
 )
+
+// TestMistypedSubcommandFails: a word that is no subcommand of a command group (`shell ledger
+// dleete 5`, a typo of delete) is an "unknown command" error, so a script sees it fail; so is
+// an argument to a subcommand that takes none (`shell gc trigger major`, for --major). A
+// group alone prints its help.
+func TestMistypedSubcommandFails(t *testing.T) {
+	execute := func(args ...string) (string, error) {
+		// The root as main() builds it (flags and hooks aside).
+		root := &cobra.Command{Use: "ringkeeper", SilenceUsage: true, SilenceErrors: true}
+		root.AddCommand(benchCommand(), bookieCommand(), shellCommand(), standaloneCommand())
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetArgs(args)
+		err := root.Execute()
+		return out.String(), err
+	}
+	for _, args := range [][]string{
+		{"shell", "ledger", "dleete", "5"},
+		{"shell", "gc", "trgger"},
+		{"shell", "bookies", "lst"},
+		{"shell", "legder", "list"},
+		{"bench", "jurnal"},
+		{"shell", "gc", "trigger", "major"},
+		{"shell", "ledger", "list", "5"},
+	} {
+		if out, err := execute(args...); err == nil || !strings.Contains(err.Error(), "unknown command") {
+			t.Errorf("ringkeeper %s: %v, want an unknown command error (it printed %d bytes)", strings.Join(args, " "), err, len(out))
+		}
+	}
+	if _, err := execute("shell", "ledger", "dleete", "5"); err == nil || !strings.Contains(err.Error(), "delete") {
+		t.Errorf("shell ledger dleete: %v, want a suggestion of delete", err)
+	}
+	for _, args := range [][]string{{"shell"}, {"shell", "ledger"}} {
+		if out, err := execute(args...); err != nil || !strings.Contains(out, "Available Commands") {
+			t.Errorf("ringkeeper %s: %v, printed %q; want its help", strings.Join(args, " "), err, out)
+		}
+	}
+}
 
 // runShell runs `ringkeeper shell ARGS...` in-process with stdin.
 func runShell(ctx context.Context, stdin io.Reader, args ...string) error {
