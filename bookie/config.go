@@ -114,12 +114,16 @@ func (c *Config) Validate() error {
 	case c.MetadataServiceURI == "":
 		return bad("metadataServiceUri is empty")
 	}
+	// The engine's and the journal's errors are configuration errors too.
 	if err := c.Engine.Validate(); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
 	jc := c.Engine.Journal // the template: each journal gets its dir at start
 	jc.Dir = c.Engine.JournalDirs[0]
-	return jc.Validate()
+	if err := jc.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	return nil
 }
 
 // setter parses a property value into the config.

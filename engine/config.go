@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/internal/diskio"
@@ -90,6 +91,14 @@ func (c *Config) Validate() error {
 	if len(c.LedgerDirs) == 0 {
 		return bad("ledgerDirectories is empty")
 	}
+	// Two journals in one directory collide on their file ids, two ledger dirs on pebble's
+	// lock, and only after the cookies were written. A journal dir may be a ledger dir.
+	if d, ok := repeatedDir(c.JournalDirs); ok {
+		return bad("journalDirectories names %s more than once", d)
+	}
+	if d, ok := repeatedDir(c.LedgerDirs); ok {
+		return bad("ledgerDirectories names %s more than once", d)
+	}
 	if c.FS == nil {
 		c.FS = diskio.NewOS()
 	}
@@ -114,4 +123,17 @@ func (c *Config) Validate() error {
 		return bad("logSizeLimit %d is below 1 MiB", c.EntryLogSizeLimit)
 	}
 	return c.GC.validate()
+}
+
+// repeatedDir returns a directory that dirs names twice, however spelt ("/a", "/a/", "/b/../a").
+func repeatedDir(dirs []string) (string, bool) {
+	seen := make(map[string]bool, len(dirs))
+	for _, d := range dirs {
+		clean := filepath.Clean(d)
+		if seen[clean] {
+			return d, true
+		}
+		seen[clean] = true
+	}
+	return "", false
 }

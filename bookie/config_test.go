@@ -1,0 +1,66 @@
+package bookie
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ringkeeper/ringkeeper/metadata/metadatatest"
+)
+
+// TestRepeatedDirsAreRefused: a journal or ledger dir named twice, however spelt, is a config
+// error naming the key; a journal dir may also be a ledger dir.
+func TestRepeatedDirsAreRefused(t *testing.T) {
+	for _, tc := range []struct {
+		key              string
+		journals, ledger []string
+	}{
+		{"journalDirectories", []string{"/a", "/a"}, []string{"/l"}},
+		{"journalDirectories", []string{"/a", "/b", "/a/"}, []string{"/l"}},
+		{"ledgerDirectories", []string{"/j"}, []string{"/l1", "/x/../l1"}},
+	} {
+		cfg := DefaultConfig()
+		cfg.Engine.JournalDirs, cfg.Engine.LedgerDirs = tc.journals, tc.ledger
+		if err := cfg.Validate(); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), tc.key) {
+			t.Errorf("journal dirs %q, ledger dirs %q: %v, want ErrBadConfig naming %s", tc.journals, tc.ledger, err, tc.key)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.Engine.JournalDirs, cfg.Engine.LedgerDirs = []string{"/d"}, []string{"/d/"}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("a journal dir that is also the ledger dir: %v", err)
+	}
+}
+
+// TestRepeatedDirsRefusedBeforeCookies: a bookie whose journal or ledger dir is named twice
+// does not start, and writes nothing (no cookie, locally or in the metadata store), so the
+// corrected config then starts as a new bookie.
+func TestRepeatedDirsRefusedBeforeCookies(t *testing.T) {
+	uri := metadatatest.URI(t)
+	dir := t.TempDir()
+	cfg := testConfig(t, uri, dir)
+	j, l := cfg.Engine.JournalDirs[0], cfg.Engine.LedgerDirs[0]
+	for _, tc := range []struct{ journals, ledgers []string }{
+		{[]string{j, j + "/"}, []string{l}},
+		{[]string{j}, []string{l, l}},
+	} {
+		cfg.Engine.JournalDirs, cfg.Engine.LedgerDirs = tc.journals, tc.ledgers
+		b, err := Start(context.Background(), cfg)
+		if err == nil {
+			b.Close(context.Background())
+		}
+		if !errors.Is(err, ErrBadConfig) {
+			t.Fatalf("journal dirs %q, ledger dirs %q: %v, want ErrBadConfig", tc.journals, tc.ledgers, err)
+		}
+		for _, d := range []string{j, l} {
+			if _, err := os.Stat(filepath.Join(d, "current", "VERSION")); !os.IsNotExist(err) {
+				t.Fatalf("journal dirs %q, ledger dirs %q refused, but %s has a cookie (%v)", tc.journals, tc.ledgers, d, err)
+			}
+		}
+	}
+	cfg.Engine.JournalDirs, cfg.Engine.LedgerDirs = []string{j}, []string{l}
+	start(t, cfg)
+}
