@@ -322,28 +322,41 @@ func ParseProperties(r io.Reader) (map[string]string, error) {
 	props := map[string]string{}
 	sc := bufio.NewScanner(r)
 	var pending string
+	continued := false // pending ends in a continuation
 	line := 0
+	add := func(text string) error {
+		i := strings.IndexAny(text, "=:")
+		if i < 0 {
+			return fmt.Errorf("%w: line %d: %q is not key=value", ErrBadConfig, line, text)
+		}
+		props[strings.TrimSpace(text[:i])] = strings.TrimSpace(text[i+1:])
+		return nil
+	}
 	for sc.Scan() {
 		line++
 		text := strings.TrimLeft(sc.Text(), " \t\f")
-		if pending == "" && (text == "" || text[0] == '#' || text[0] == '!') {
+		if !continued && (text == "" || text[0] == '#' || text[0] == '!') {
 			continue
 		}
-		if strings.HasSuffix(text, "\\") && !strings.HasSuffix(text, "\\\\") {
-			pending += strings.TrimSuffix(text, "\\")
+		// An odd number of trailing backslashes continues the line; an even one is escaped.
+		trailing := len(text) - len(strings.TrimRight(text, "\\"))
+		if continued = trailing%2 == 1; continued {
+			pending += text[:len(text)-1]
 			continue
 		}
-		text = pending + text
+		if err := add(pending + text); err != nil {
+			return nil, err
+		}
 		pending = ""
-		i := strings.IndexAny(text, "=:")
-		if i < 0 {
-			return nil, fmt.Errorf("%w: line %d: %q is not key=value", ErrBadConfig, line, text)
-		}
-		key := strings.TrimSpace(text[:i])
-		props[key] = strings.TrimSpace(text[i+1:])
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("bookie: read config: %w", err)
+	}
+	// A continuation on the last line ends at the end of the file (java.util.Properties).
+	if continued {
+		if err := add(pending); err != nil {
+			return nil, err
+		}
 	}
 	return props, nil
 }

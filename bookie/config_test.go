@@ -11,6 +11,26 @@ import (
 	"github.com/ringkeeper/ringkeeper/metadata/metadatatest"
 )
 
+// TestContinuationOnTheLastLine: a last line ending in a continuation backslash ends at the
+// end of the file, as in java.util.Properties; three trailing backslashes continue too (an
+// escaped one, then the continuation), two do not.
+func TestContinuationOnTheLastLine(t *testing.T) {
+	props, err := ParseProperties(strings.NewReader("bookiePort=3999\nledgerDirectories=/data/l1,\\"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := props["ledgerDirectories"]; got != "/data/l1," {
+		t.Fatalf("ledgerDirectories on the last line, ending in a continuation: %q (props %v)", got, props)
+	}
+	props, err = ParseProperties(strings.NewReader("a=x\\\\\\\n  y\nb=z\\\\\nc=w\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if props["a"] != `x\\y` || props["b"] != `z\\` || props["c"] != "w" {
+		t.Fatalf("trailing backslashes: %q", props)
+	}
+}
+
 // TestRepeatedDirsAreRefused: a journal or ledger dir named twice, however spelt, is a config
 // error naming the key; a journal dir may also be a ledger dir.
 func TestRepeatedDirsAreRefused(t *testing.T) {
