@@ -361,8 +361,19 @@ func ParseProperties(r io.Reader) (map[string]string, error) {
 	return props, nil
 }
 
+// ReadProperties reads a properties file (ParseProperties).
+func ReadProperties(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	defer f.Close()
+	return ParseProperties(f)
+}
+
 // Apply sets the properties on c. A bad value is an error naming the key; an unknown key is a
-// warning (returned, not fatal).
+// warning (returned, not fatal). Apply props as one set: journalDirectory, deprecated, counts
+// only when the same set has no journalDirectories (BookKeeper's rule).
 func (c *Config) Apply(props map[string]string) (warnings []string, err error) {
 	keys := make([]string, 0, len(props))
 	for k := range props {
@@ -371,6 +382,10 @@ func (c *Config) Apply(props map[string]string) (warnings []string, err error) {
 	slices.Sort(keys)
 	for _, k := range keys {
 		v := props[k]
+		if _, ok := props["journalDirectories"]; ok && k == "journalDirectory" {
+			warnings = append(warnings, fmt.Sprintf("journalDirectory=%q ignored: journalDirectories is set", v))
+			continue
+		}
 		set, ok := Keys[k]
 		if !ok {
 			if !slices.Contains(ignoredKeys, k) {
@@ -387,12 +402,7 @@ func (c *Config) Apply(props map[string]string) (warnings []string, err error) {
 
 // LoadFile reads a properties file onto c.
 func (c *Config) LoadFile(path string) (warnings []string, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
-	}
-	defer f.Close()
-	props, err := ParseProperties(f)
+	props, err := ReadProperties(path)
 	if err != nil {
 		return nil, err
 	}

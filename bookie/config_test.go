@@ -11,6 +11,34 @@ import (
 	"github.com/ringkeeper/ringkeeper/metadata/metadatatest"
 )
 
+// TestJournalDirectoriesWinsOverDeprecatedJournalDirectory: as in BookKeeper, journalDirectory
+// counts only when journalDirectories is not set, whatever the order of the keys.
+func TestJournalDirectoriesWinsOverDeprecatedJournalDirectory(t *testing.T) {
+	props, err := ParseProperties(strings.NewReader("journalDirectory=/old/journal\njournalDirectories=/new/j1,/new/j2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	warnings, err := cfg.Apply(props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Engine.JournalDirs; len(got) != 2 || got[0] != "/new/j1" || got[1] != "/new/j2" {
+		t.Fatalf("journalDirectories=/new/j1,/new/j2 with journalDirectory=/old/journal: journal dirs %q", got)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "journalDirectory") {
+		t.Fatalf("the ignored journalDirectory was not reported: warnings %q", warnings)
+	}
+
+	alone := DefaultConfig()
+	if _, err := alone.Apply(map[string]string{"journalDirectory": "/old/journal"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := alone.Engine.JournalDirs; len(got) != 1 || got[0] != "/old/journal" {
+		t.Fatalf("journalDirectory=/old/journal alone: journal dirs %q", got)
+	}
+}
+
 // TestContinuationOnTheLastLine: a last line ending in a continuation backslash ends at the
 // end of the file, as in java.util.Properties; three trailing backslashes continue too (an
 // escaped one, then the continuation), two do not.

@@ -9,21 +9,74 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/ringkeeper/ringkeeper/bookie"
 )
 
+// bookieFlags are `ringkeeper bookie`'s settings flags.
+type bookieFlags struct {
+	confFile    string
+	sets        []string
+	journalDirs []string
+	ledgerDirs  []string
+	metadataURI string
+	port        int
+	httpPort    int
+}
+
+func (b *bookieFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&b.confFile, "conf", "", "properties file (bk_server.conf style)")
+	f.StringArrayVar(&b.sets, "set", nil, "key=value setting, BookKeeper key names (repeatable)")
+	f.StringSliceVar(&b.journalDirs, "journal-dirs", nil, "journalDirectories")
+	f.StringSliceVar(&b.ledgerDirs, "ledger-dirs", nil, "ledgerDirectories")
+	f.StringVar(&b.metadataURI, "metadata", "", "metadataServiceUri, e.g. etcd://127.0.0.1:2379/ledgers")
+	f.IntVar(&b.port, "port", 3181, "bookiePort")
+	f.IntVar(&b.httpPort, "http-port", 8000, "prometheusStatsHttpPort (metrics and admin API; 0 = off)")
+}
+
+// config builds the bookie's config: the file, then --set, then the other flags. The layers
+// make one set of properties, applied once: a key set in two layers takes the later value, and
+// a rule between keys (journalDirectories over the deprecated journalDirectory) sees them all.
+func (b *bookieFlags) config(f *pflag.FlagSet) (cfg bookie.Config, warnings []string, err error) {
+	cfg = bookie.DefaultConfig()
+	props := map[string]string{}
+	if b.confFile != "" {
+		if props, err = bookie.ReadProperties(b.confFile); err != nil {
+			return cfg, nil, err
+		}
+	}
+	for _, kv := range b.sets {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return cfg, nil, fmt.Errorf("--set %q: want key=value", kv)
+		}
+		props[k] = v
+	}
+	if f.Changed("journal-dirs") {
+		props["journalDirectories"] = strings.Join(b.journalDirs, ",")
+	}
+	if f.Changed("ledger-dirs") {
+		props["ledgerDirectories"] = strings.Join(b.ledgerDirs, ",")
+	}
+	if f.Changed("metadata") {
+		props["metadataServiceUri"] = b.metadataURI
+	}
+	if f.Changed("port") {
+		props["bookiePort"] = fmt.Sprint(b.port)
+	}
+	if f.Changed("http-port") {
+		props["prometheusStatsHttpPort"] = fmt.Sprint(b.httpPort)
+	}
+	warnings, err = cfg.Apply(props)
+	return cfg, warnings, err
+}
+
 func bookieCommand() *cobra.Command {
 	var (
-		confFile    string
-		sets        []string
-		journalDirs []string
-		ledgerDirs  []string
-		metadataURI string
-		port        int
-		httpPort    int
-		logFormat   string
-		logLevel    string
+		flags     bookieFlags
+		logFormat string
+		logLevel  string
 	)
 	cmd := &cobra.Command{
 		Use:   "bookie",
@@ -35,48 +88,14 @@ An unknown key is a warning; a bad value is an error. SIGTERM or Ctrl-C shuts do
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := newLogger(logFormat, logLevel)
 			slog.SetDefault(log)
-			cfg := bookie.DefaultConfig()
-			cfg.Logger = log
-			if confFile != "" {
-				warnings, err := cfg.LoadFile(confFile)
-				for _, w := range warnings {
-					log.Warn(w, "file", confFile)
-				}
-				if err != nil {
-					return err
-				}
-			}
-			props := map[string]string{}
-			for _, kv := range sets {
-				k, v, ok := strings.Cut(kv, "=")
-				if !ok {
-					return fmt.Errorf("--set %q: want key=value", kv)
-				}
-				props[k] = v
-			}
-			f := cmd.Flags()
-			if f.Changed("journal-dirs") {
-				props["journalDirectories"] = strings.Join(journalDirs, ",")
-			}
-			if f.Changed("ledger-dirs") {
-				props["ledgerDirectories"] = strings.Join(ledgerDirs, ",")
-			}
-			if f.Changed("metadata") {
-				props["metadataServiceUri"] = metadataURI
-			}
-			if f.Changed("port") {
-				props["bookiePort"] = fmt.Sprint(port)
-			}
-			if f.Changed("http-port") {
-				props["prometheusStatsHttpPort"] = fmt.Sprint(httpPort)
-			}
-			warnings, err := cfg.Apply(props)
+			cfg, warnings, err := flags.config(cmd.Flags())
 			for _, w := range warnings {
 				log.Warn(w)
 			}
 			if err != nil {
 				return err
 			}
+			cfg.Logger = log
 			setMemoryLimit(cfg.CacheBytes(), log)
 			b, err := bookie.Start(cmd.Context(), cfg)
 			if err != nil {
@@ -91,13 +110,7 @@ An unknown key is a warning; a bad value is an error. SIGTERM or Ctrl-C shuts do
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&confFile, "conf", "", "properties file (bk_server.conf style)")
-	f.StringArrayVar(&sets, "set", nil, "key=value setting, BookKeeper key names (repeatable)")
-	f.StringSliceVar(&journalDirs, "journal-dirs", nil, "journalDirectories")
-	f.StringSliceVar(&ledgerDirs, "ledger-dirs", nil, "ledgerDirectories")
-	f.StringVar(&metadataURI, "metadata", "", "metadataServiceUri, e.g. etcd://127.0.0.1:2379/ledgers")
-	f.IntVar(&port, "port", 3181, "bookiePort")
-	f.IntVar(&httpPort, "http-port", 8000, "prometheusStatsHttpPort (metrics and admin API; 0 = off)")
+	flags.register(f)
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
