@@ -62,8 +62,12 @@ type Config struct {
 	DiskCheckInterval      time.Duration
 	ReadOnlyModeEnabled    bool
 
-	// PrometheusStatsHTTPPort serves /metrics and the admin API (0 = off).
+	// PrometheusStatsHTTPPort serves /metrics, /heartbeat and the admin API (0 = off).
 	PrometheusStatsHTTPPort int
+	// HTTPServerEnabled is httpServerEnabled: whether that port also serves the admin API
+	// (/api/v1/bookie/...). BookKeeper's default is false; ringkeeper's is true, as `ringkeeper
+	// shell gc` drives bookies through it. /metrics and /heartbeat are served either way.
+	HTTPServerEnabled bool
 
 	Logger *slog.Logger
 }
@@ -83,6 +87,7 @@ func DefaultConfig() Config {
 		DiskCheckInterval:       10 * time.Second,
 		ReadOnlyModeEnabled:     true,
 		PrometheusStatsHTTPPort: 8000,
+		HTTPServerEnabled:       true,
 	}
 }
 
@@ -297,6 +302,7 @@ var Keys = map[string]setter{
 	"diskCheckInterval":                 durationKey(func(c *Config) *time.Duration { return &c.DiskCheckInterval }, time.Millisecond),
 	"readOnlyModeEnabled":               boolKey(func(c *Config) *bool { return &c.ReadOnlyModeEnabled }),
 	"prometheusStatsHttpPort":           intKey(func(c *Config) *int { return &c.PrometheusStatsHTTPPort }),
+	"httpServerEnabled":                 boolKey(func(c *Config) *bool { return &c.HTTPServerEnabled }),
 	"gcWaitTime":                        durationKey(func(c *Config) *time.Duration { return &c.Engine.GC.WaitTime }, time.Millisecond),
 	"minorCompactionThreshold":          floatKey(func(c *Config) *float64 { return &c.Engine.GC.MinorThreshold }),
 	"minorCompactionInterval":           durationKey(func(c *Config) *time.Duration { return &c.Engine.GC.MinorInterval }, time.Second),
@@ -310,7 +316,7 @@ var Keys = map[string]setter{
 }
 
 // ignoredKeys are BookKeeper keys that have no meaning here; they are accepted silently.
-var ignoredKeys = []string{"ledgerStorageClass", "zkServers", "zkTimeout", "httpServerEnabled",
+var ignoredKeys = []string{"ledgerStorageClass", "zkServers", "zkTimeout",
 	"statsProviderClass", "allowLoopback", "journalAdaptiveGroupWrites", "journalWriteBufferSizeKB",
 	"journalRemoveFromPageCache", "journalPreAllocSizeMB", "journalFormatVersionToWrite",
 	// Compaction is always throttled by bytes (compactionRateByBytes), never by entries.

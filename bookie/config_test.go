@@ -3,6 +3,8 @@ package bookie
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,54 @@ import (
 
 	"github.com/ringkeeper/ringkeeper/metadata/metadatatest"
 )
+
+// TestHTTPServerEnabledFalseLeavesOutTheAdminAPI: httpServerEnabled=false (BookKeeper's switch
+// for its admin HTTP API) leaves the admin routes out; /metrics and /heartbeat are still
+// served on prometheusStatsHttpPort. By default (ringkeeper's default: true) they are served.
+func TestHTTPServerEnabledFalseLeavesOutTheAdminAPI(t *testing.T) {
+	uri := metadatatest.URI(t)
+	get := func(b *Bookie, method, path, body string) int {
+		t.Helper()
+		req, _ := http.NewRequest(method, "http://"+b.HTTPAddr()+path, strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	cfg := testConfig(t, uri, t.TempDir())
+	if _, err := cfg.Apply(map[string]string{"httpServerEnabled": "false"}); err != nil {
+		t.Fatal(err)
+	}
+	b := start(t, cfg)
+	for _, r := range [][3]string{
+		{"PUT", "/api/v1/bookie/state/readonly", `{"readOnly": true}`},
+		{"GET", "/api/v1/bookie/state", ""},
+		{"GET", "/api/v1/bookie/info", ""},
+		{"PUT", "/api/v1/bookie/gc", `{}`},
+		{"PUT", "/api/v1/bookie/gc/suspend_compaction", `{"suspendMajor": true}`},
+	} {
+		if code := get(b, r[0], r[1], r[2]); code != http.StatusNotFound {
+			t.Errorf("httpServerEnabled=false: %s %s answered %d, want 404", r[0], r[1], code)
+		}
+	}
+	if b.ReadOnly() {
+		t.Fatal("httpServerEnabled=false: the admin API turned the bookie read-only")
+	}
+	for _, path := range []string{"/metrics", "/heartbeat"} {
+		if code := get(b, "GET", path, ""); code != http.StatusOK {
+			t.Errorf("httpServerEnabled=false: GET %s answered %d, want 200", path, code)
+		}
+	}
+
+	def := start(t, testConfig(t, uri, t.TempDir()))
+	if code := get(def, "GET", "/api/v1/bookie/state", ""); code != http.StatusOK {
+		t.Fatalf("default config: GET /api/v1/bookie/state answered %d, want 200", code)
+	}
+}
 
 // TestJournalDirectoriesWinsOverDeprecatedJournalDirectory: as in BookKeeper, journalDirectory
 // counts only when journalDirectories is not set, whatever the order of the keys.

@@ -24,6 +24,10 @@
 // # HTTP
 //
 // On prometheusStatsHttpPort: /metrics (Prometheus, BookKeeper's metric names where the
-// meaning is the same), /heartbeat, /api/v1/bookie/state, PUT /api/v1/bookie/state/readonly,
-// /api/v1/bookie/info, and the garbage-collection routes (gc.go).
+// meaning is the same), /heartbeat, and the admin API: /api/v1/bookie/state, PUT
+// /api/v1/bookie/state/readonly, /api/v1/bookie/info, and the garbage-collection routes
+// (gc.go). httpServerEnabled=false leaves the admin API out. Unlike BookKeeper, whose default
+// is false, ringkeeper serves it unless told not to: `ringkeeper shell gc` drives bookies
+// through it, a standalone cluster's included. The admin API has no authentication: turn it
+// off, or keep the port off untrusted networks.
 package bookie

@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// startHTTP serves /metrics (Prometheus) and the admin API on prometheusStatsHttpPort
-// (-1 = any free port, for tests).
+// startHTTP serves /metrics (Prometheus), /heartbeat and, with httpServerEnabled, the admin
+// API on prometheusStatsHttpPort (-1 = any free port, for tests).
 func (b *Bookie) startHTTP() error {
 	port := b.cfg.PrometheusStatsHTTPPort
 	if port < 0 {
@@ -26,10 +26,9 @@ func (b *Bookie) startHTTP() error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(b.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /heartbeat", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("OK\n")) })
-	mux.HandleFunc("GET /api/v1/bookie/state", b.handleState)
-	mux.HandleFunc("PUT /api/v1/bookie/state/readonly", b.handleSetReadOnly)
-	mux.HandleFunc("GET /api/v1/bookie/info", b.handleInfo)
-	b.addAdminRoutes(mux)
+	if b.cfg.HTTPServerEnabled {
+		b.addAdminRoutes(mux)
+	}
 	b.http = &http.Server{Handler: mux}
 	go func() {
 		if err := b.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -70,7 +69,10 @@ func (b *Bookie) handleInfo(w http.ResponseWriter, _ *http.Request) {
 	})
 }
 
-// addAdminRoutes is where later subsystems hook in.
+// addAdminRoutes serves the admin API (httpServerEnabled); later subsystems hook in here.
 func (b *Bookie) addAdminRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /api/v1/bookie/state", b.handleState)
+	mux.HandleFunc("PUT /api/v1/bookie/state/readonly", b.handleSetReadOnly)
+	mux.HandleFunc("GET /api/v1/bookie/info", b.handleInfo)
 	b.addGCRoutes(mux)
 }

@@ -21,7 +21,8 @@ func shellGCCommand() *cobra.Command {
 		Use:   "gc",
 		Short: "Garbage collection and compaction of a bookie's entry logs",
 		Long: `Drives a bookie's garbage collector through its admin HTTP API (served on
-prometheusStatsHttpPort): trigger a run, show its state, suspend or resume compaction.`,
+prometheusStatsHttpPort unless the bookie has httpServerEnabled=false): trigger a run, show its
+state, suspend or resume compaction.`,
 	})
 	cmd.PersistentFlags().StringVar(&addr, "bookie-http", "127.0.0.1:8000", "the bookie's admin HTTP address (host:port)")
 
@@ -94,6 +95,9 @@ func adminCall(ctx context.Context, out io.Writer, method, addr, path string, bo
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return err
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		return fmt.Errorf("%s %s: %s (is the bookie's admin API off, httpServerEnabled=false?)", method, path, resp.Status)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(data)))
