@@ -92,6 +92,9 @@ func Start(ctx context.Context, cfg Config) (_ *Bookie, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if err := cfg.resolve(); err != nil {
+		return nil, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -129,6 +130,33 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
 	return nil
+}
+
+// resolve turns the settings that depend on where the bookie runs into their fixed form,
+// before Validate and before anything is written: journal and ledger dirs become absolute (the
+// cookies record them, so the same directory named from another working directory must read
+// the same).
+func (c *Config) resolve() error {
+	var err error
+	if c.Engine.JournalDirs, err = absDirs(c.Engine.JournalDirs); err != nil {
+		return fmt.Errorf("%w: journalDirectories: %w", ErrBadConfig, err)
+	}
+	if c.Engine.LedgerDirs, err = absDirs(c.Engine.LedgerDirs); err != nil {
+		return fmt.Errorf("%w: ledgerDirectories: %w", ErrBadConfig, err)
+	}
+	return nil
+}
+
+func absDirs(dirs []string) ([]string, error) {
+	out := make([]string, len(dirs))
+	for i, d := range dirs {
+		abs, err := filepath.Abs(d)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = abs
+	}
+	return out, nil
 }
 
 // setter parses a property value into the config.

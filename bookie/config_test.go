@@ -162,3 +162,25 @@ func TestRepeatedDirsRefusedBeforeCookies(t *testing.T) {
 	cfg.Engine.JournalDirs, cfg.Engine.LedgerDirs = []string{j}, []string{l}
 	start(t, cfg)
 }
+
+// TestDirsNamedRelativelyAreTheSameDirsAbsolutely: the cookies record the journal and ledger
+// dirs made absolute, so the same dirs named from another working directory, or absolutely,
+// are the bookie's own.
+func TestDirsNamedRelativelyAreTheSameDirsAbsolutely(t *testing.T) {
+	uri := metadatatest.URI(t)
+	root := t.TempDir()
+	t.Chdir(root)
+	cfg := testConfig(t, uri, root)
+	cfg.Engine.JournalDirs, cfg.Engine.LedgerDirs = []string{"data/journal"}, []string{"./data/ledgers"}
+	b := start(t, cfg)
+	b.Close(context.Background())
+
+	cfg.Engine.JournalDirs = []string{filepath.Join(root, "data", "journal")}
+	cfg.Engine.LedgerDirs = []string{filepath.Join(root, "data", "ledgers")}
+	b = start(t, cfg)
+	b.Close(context.Background())
+
+	t.Chdir(filepath.Join(root, "data"))
+	cfg.Engine.JournalDirs, cfg.Engine.LedgerDirs = []string{"journal"}, []string{"ledgers/"}
+	start(t, cfg)
+}

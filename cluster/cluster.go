@@ -61,6 +61,11 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("cluster: no data dir")
 	}
+	// The bookies' cookies record their directories: the same data dir must read the same
+	// whatever the working directory.
+	if cfg.DataDir, err = filepath.Abs(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("cluster: data dir: %w", err)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

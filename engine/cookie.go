@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -88,18 +89,37 @@ func (c Cookie) diff(want Cookie) string {
 		return fmt.Sprintf("bookie id %q, expected %q", c.BookieID, want.BookieID)
 	case c.InstanceID != want.InstanceID:
 		return fmt.Sprintf("cluster instance id %q, expected %q", c.InstanceID, want.InstanceID)
-	case c.JournalDir != want.JournalDir:
+	case !sameDirs(strings.Split(c.JournalDir, ","), strings.Split(want.JournalDir, ",")):
 		return fmt.Sprintf("journal dirs %q, expected %q", c.JournalDir, want.JournalDir)
-	case strings.Join(c.LedgerDirs, "\t") != strings.Join(want.LedgerDirs, "\t"):
+	case !sameDirs(c.LedgerDirs, want.LedgerDirs):
 		return fmt.Sprintf("ledger dirs %q, expected %q", c.LedgerDirs, want.LedgerDirs)
 	}
 	return ""
 }
 
+// sameDirs reports whether a cookie's dirs name wanted ones. The bookie names its dirs by
+// absolute paths; a cookie written before it did may hold a relative one, which matches the
+// wanted dir it names from the working directory (the one it was written from, unless the
+// bookie moved: then the cookie check refuses it, as it did then).
+func sameDirs(cookie, want []string) bool {
+	if len(cookie) != len(want) {
+		return false
+	}
+	for i, d := range cookie {
+		if d == want[i] {
+			continue
+		}
+		if abs, err := filepath.Abs(d); filepath.IsAbs(d) || err != nil || abs != want[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // checkCookies verifies the cookie of every dir against want. With no cookie anywhere it
 // writes them (a new bookie) and reports created. Any other mix is an error that says what to do.
 func checkCookies(fs diskio.FS, dirs []string, want Cookie, requireExisting bool) (created bool, err error) {
-	var missing, present []string
+	var missing, present, stale []string
 	for _, dir := range dirs {
 		path := filepath.Join(dir, currentDir, cookieFile)
 		data, err := diskio.ReadFile(fs, path, 64<<10)
@@ -119,6 +139,9 @@ func checkCookies(fs diskio.FS, dirs []string, want Cookie, requireExisting bool
 				"configuration; point the bookie at its own directories, or clear the directory if its data "+
 				"is no longer wanted", ErrCookie, path, d)
 		}
+		if c.JournalDir != want.JournalDir || !slices.Equal(c.LedgerDirs, want.LedgerDirs) {
+			stale = append(stale, dir) // it names dirs relatively: rewritten below
+		}
 		present = append(present, dir)
 	}
 	if len(present) > 0 && len(missing) > 0 {
@@ -128,6 +151,12 @@ func checkCookies(fs diskio.FS, dirs []string, want Cookie, requireExisting bool
 			ErrCookie, missing, present)
 	}
 	if len(missing) == 0 {
+		// Written as the bookie names its dirs now, the cookies match from any working directory.
+		for _, dir := range stale {
+			if err := diskio.WriteFileAtomic(fs, filepath.Join(dir, currentDir, cookieFile), want.Encode()); err != nil {
+				return false, err
+			}
+		}
 		return false, nil
 	}
 	if requireExisting {

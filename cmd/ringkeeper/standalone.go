@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,12 @@ func standaloneCommand() *cobra.Command {
 bookie addresses, and serves until Ctrl-C. Restarting it on the same data dir keeps every ledger.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := newLogger("text", logLevel)
+			// The bookies' cookies record their directories: the same data dir must read the
+			// same from any working directory.
+			dataDir, err := filepath.Abs(dataDir)
+			if err != nil {
+				return fmt.Errorf("--data-dir: %w", err)
+			}
 			for i := range bookies {
 				if err := portFree(basePort + i); err != nil {
 					return fmt.Errorf("bookie port %d is in use (another standalone or bookie running?); "+

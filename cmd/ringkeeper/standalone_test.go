@@ -154,3 +154,25 @@ func TestStandalonePortInUse(t *testing.T) {
 		t.Fatalf("port in use: %v", err)
 	}
 }
+
+// TestStandaloneSameDataDirSpeltAbsolutely: restarting on the same --data-dir keeps every
+// ledger, however the directory is named: relatively on the first run, absolutely (or from
+// another working directory) on the next.
+func TestStandaloneSameDataDirSpeltAbsolutely(t *testing.T) {
+	root := t.TempDir()
+	t.Chdir(root)
+	port, mdPort := freePorts(t, 2), freePorts(t, 1)
+	_, stop := runStandalone(t, "data", port, mdPort)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	_, stop = runStandalone(t, filepath.Join(root, "data"), port, mdPort)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(t.TempDir())
+	_, stop = runStandalone(t, filepath.Join("..", filepath.Base(root), "data"), port, mdPort)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
