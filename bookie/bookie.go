@@ -188,7 +188,8 @@ func Start(ctx context.Context, cfg Config) (_ *Bookie, err error) {
 	return b, nil
 }
 
-// bookieID is bookieId, or advertisedAddress (or this host's address) with bookiePort.
+// bookieID is bookieId, or advertisedAddress (else the address bound, listeningInterface's
+// included, else this host's address) with bookiePort.
 func bookieID(cfg Config) (string, error) {
 	if cfg.BookieID != "" {
 		return cfg.BookieID, metadata.ValidateBookieID(cfg.BookieID)

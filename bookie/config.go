@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,11 +27,15 @@ var ErrBadConfig = errors.New("bookie: bad config")
 // Config is a bookie's configuration. Keys of the properties file use BookKeeper's names
 // (bk_server.conf) for the settings ringkeeper supports; see Keys.
 type Config struct {
-	// BookiePort is bookiePort (3181); ListenAddress is the interface to bind ("" = all).
+	// BookiePort is bookiePort (3181); ListenAddress is the host address to bind ("" = all).
 	BookiePort    int
 	ListenAddress string
-	// AdvertisedAddress is advertisedAddress: the host in the bookie id ("" = the hostname's
-	// first non-loopback address, or 127.0.0.1).
+	// ListeningInterface is listeningInterface: the name of a network interface ("eth0") whose
+	// address (its first IPv4 one, else an IPv6 one) the bookie binds and, without
+	// advertisedAddress, names in its id. Start resolves it into ListenAddress.
+	ListeningInterface string
+	// AdvertisedAddress is advertisedAddress: the host in the bookie id ("" = the address
+	// bound, else this host's first non-loopback IPv4 address, or 127.0.0.1).
 	AdvertisedAddress string
 	// BookieID is bookieId: overrides host:port as the bookie's identity.
 	BookieID string
@@ -119,6 +124,8 @@ func (c *Config) Validate() error {
 		return bad("registration TTL %v is below 1s", c.RegistrationTTL)
 	case c.MetadataServiceURI == "":
 		return bad("metadataServiceUri is empty")
+	case c.ListeningInterface != "" && c.ListenAddress != "":
+		return bad("listeningInterface %q and ListenAddress %q are both set", c.ListeningInterface, c.ListenAddress)
 	}
 	// The engine's and the journal's errors are configuration errors too.
 	if err := c.Engine.Validate(); err != nil {
@@ -132,10 +139,10 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// resolve turns the settings that depend on where the bookie runs into their fixed form,
-// before Validate and before anything is written: journal and ledger dirs become absolute (the
-// cookies record them, so the same directory named from another working directory must read
-// the same).
+// resolve turns the settings that depend on where and on which machine the bookie runs into
+// their fixed form, before Validate and before anything is written: journal and ledger dirs
+// become absolute (the cookies record them, so the same directory named from another working
+// directory must read the same), and listeningInterface becomes ListenAddress.
 func (c *Config) resolve() error {
 	var err error
 	if c.Engine.JournalDirs, err = absDirs(c.Engine.JournalDirs); err != nil {
@@ -143,6 +150,12 @@ func (c *Config) resolve() error {
 	}
 	if c.Engine.LedgerDirs, err = absDirs(c.Engine.LedgerDirs); err != nil {
 		return fmt.Errorf("%w: ledgerDirectories: %w", ErrBadConfig, err)
+	}
+	if c.ListeningInterface != "" && c.ListenAddress == "" {
+		if c.ListenAddress, err = interfaceAddress(c.ListeningInterface); err != nil {
+			return fmt.Errorf("%w: listeningInterface=%q: %w", ErrBadConfig, c.ListeningInterface, err)
+		}
+		c.ListeningInterface = "" // resolved: ListenAddress holds it
 	}
 	return nil
 }
@@ -157,6 +170,35 @@ func absDirs(dirs []string) ([]string, error) {
 		out[i] = abs
 	}
 	return out, nil
+}
+
+// interfaceAddress is the address of the network interface name, as BookKeeper picks it for
+// listeningInterface: the first IPv4 one, else the first global unicast (or loopback) one; a
+// link-local IPv6 address is usable only with its zone, which a bookie id cannot carry.
+func interfaceAddress(name string) (string, error) {
+	iface, err := net.InterfaceByName(name)
+	if err != nil {
+		return "", fmt.Errorf("no such network interface (%w)", err)
+	}
+	addrs, err := iface.Addrs()
+	if err != nil {
+		return "", err
+	}
+	var v6 net.IP
+	for _, a := range addrs {
+		ipn, ok := a.(*net.IPNet)
+		switch {
+		case !ok:
+		case ipn.IP.To4() != nil:
+			return ipn.IP.String(), nil
+		case v6 == nil && (ipn.IP.IsGlobalUnicast() || ipn.IP.IsLoopback()):
+			v6 = ipn.IP
+		}
+	}
+	if v6 == nil {
+		return "", fmt.Errorf("interface %s has no usable address", name)
+	}
+	return v6.String(), nil
 }
 
 // setter parses a property value into the config.
@@ -259,7 +301,7 @@ func listKey(f func(c *Config) *[]string) setter {
 // milliseconds, MB mebibytes, Bytes bytes.
 var Keys = map[string]setter{
 	"bookiePort":              intKey(func(c *Config) *int { return &c.BookiePort }),
-	"listeningInterface":      stringKey(func(c *Config) *string { return &c.ListenAddress }),
+	"listeningInterface":      stringKey(func(c *Config) *string { return &c.ListeningInterface }),
 	"advertisedAddress":       stringKey(func(c *Config) *string { return &c.AdvertisedAddress }),
 	"bookieId":                stringKey(func(c *Config) *string { return &c.BookieID }),
 	"tlsPort":                 intKey(func(c *Config) *int { return &c.TLSPort }),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +13,56 @@ import (
 
 	"github.com/ringkeeper/ringkeeper/metadata/metadatatest"
 )
+
+// TestListeningInterfaceNamesANetworkInterface: as in BookKeeper, listeningInterface names a
+// network interface ("lo", "eth0"); the bookie binds that interface's address and, without
+// advertisedAddress, names it in its id. An unknown interface is a config error naming the key.
+func TestListeningInterfaceNamesANetworkInterface(t *testing.T) {
+	if _, err := net.InterfaceByName("lo"); err != nil {
+		t.Skipf("no loopback interface named lo: %v", err)
+	}
+	uri := metadatatest.URI(t)
+	cfg := testConfig(t, uri, t.TempDir())
+	cfg.ListenAddress = ""
+	if _, err := cfg.Apply(map[string]string{"listeningInterface": "lo"}); err != nil {
+		t.Fatal(err)
+	}
+	b := start(t, cfg)
+	if host, _, _ := net.SplitHostPort(b.ID()); host != "127.0.0.1" {
+		t.Fatalf("listeningInterface=lo: bookie id %q, want lo's address 127.0.0.1", b.ID())
+	}
+	if ip := b.Addr().(*net.TCPAddr).IP; !ip.Equal(net.IPv4(127, 0, 0, 1)) {
+		t.Fatalf("listeningInterface=lo: listening on %v, want 127.0.0.1", b.Addr())
+	}
+	if host, _, _ := net.SplitHostPort(b.HTTPAddr()); host != "127.0.0.1" {
+		t.Fatalf("listeningInterface=lo: HTTP on %s, want 127.0.0.1", b.HTTPAddr())
+	}
+	b.Close(context.Background())
+
+	// advertisedAddress still names the id; the bookie binds the interface.
+	adv := testConfig(t, uri, t.TempDir())
+	adv.ListenAddress = ""
+	if _, err := adv.Apply(map[string]string{"listeningInterface": "lo", "advertisedAddress": "localhost"}); err != nil {
+		t.Fatal(err)
+	}
+	b = start(t, adv)
+	if host, _, _ := net.SplitHostPort(b.ID()); host != "localhost" {
+		t.Fatalf("advertisedAddress=localhost with listeningInterface=lo: bookie id %q", b.ID())
+	}
+	b.Close(context.Background())
+
+	bad := testConfig(t, uri, t.TempDir())
+	bad.ListenAddress = ""
+	if _, err := bad.Apply(map[string]string{"listeningInterface": "no-such-interface0"}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := Start(context.Background(), bad); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "listeningInterface") {
+		if err == nil {
+			b.Close(context.Background())
+		}
+		t.Fatalf("listeningInterface=no-such-interface0: %v, want ErrBadConfig naming listeningInterface", err)
+	}
+}
 
 // TestHTTPServerEnabledFalseLeavesOutTheAdminAPI: httpServerEnabled=false (BookKeeper's switch
 // for its admin HTTP API) leaves the admin routes out; /metrics and /heartbeat are still

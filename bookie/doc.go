@@ -30,4 +30,13 @@
 // is false, ringkeeper serves it unless told not to: `ringkeeper shell gc` drives bookies
 // through it, a standalone cluster's included. The admin API has no authentication: turn it
 // off, or keep the port off untrusted networks.
+//
+// # Configuration
+//
+// Keys mean what they mean in BookKeeper: listeningInterface names a network interface (eth0)
+// whose first IPv4 address the bookie binds and, without advertisedAddress, names in its id;
+// the deprecated journalDirectory counts only when journalDirectories is not set. Journal and
+// ledger dirs are made absolute before the cookies record them, and one named twice is a
+// configuration error (a journal dir may also be a ledger dir). httpServerEnabled defaults to
+// true here (see HTTP).
 package bookie
