@@ -58,6 +58,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if cfg.Bookies == 0 {
 		cfg.Bookies = 3
 	}
+	if cfg.Bookies < 0 {
+		return nil, fmt.Errorf("cluster: Bookies %d is negative", cfg.Bookies)
+	}
 	if cfg.DataDir == "" {
 		return nil, errors.New("cluster: no data dir")
 	}

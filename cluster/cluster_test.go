@@ -44,3 +44,14 @@ func TestStartMovesABookieWhosePortWasTaken(t *testing.T) {
 		t.Fatalf("bookie 0 still on the taken port %d", got)
 	}
 }
+
+// TestStartRefusesNegativeBookies: a negative number of bookies is an error before anything
+// starts (it panicked after etcd had started, and left etcd running).
+func TestStartRefusesNegativeBookies(t *testing.T) {
+	c, err := Start(context.Background(), Config{DataDir: t.TempDir(), Bookies: -1, UnsafeNoFsync: true,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err == nil {
+		c.Close(context.Background())
+		t.Fatal("Bookies -1: started")
+	}
+}

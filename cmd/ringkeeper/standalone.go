@@ -34,6 +34,17 @@ func standaloneCommand() *cobra.Command {
 bookie addresses, and serves until Ctrl-C. Restarting it on the same data dir keeps every ledger.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := newLogger("text", logLevel)
+			if bookies < 1 {
+				return fmt.Errorf("--bookies %d: a cluster needs at least one bookie", bookies)
+			}
+			// The key's own conversion: a size whose bytes overflow is refused, not wrapped.
+			var parsed bookie.Config
+			if _, err := parsed.Apply(map[string]string{"dbStorage_writeCacheMaxSizeMb": strconv.FormatInt(writeCacheMB, 10)}); err != nil {
+				return fmt.Errorf("--write-cache-mb: %w", err)
+			}
+			if writeCacheMB < 1 {
+				return fmt.Errorf("--write-cache-mb %d: want at least 1", writeCacheMB)
+			}
 			// The bookies' cookies record their directories: the same data dir must read the
 			// same from any working directory.
 			dataDir, err := filepath.Abs(dataDir)
@@ -58,7 +69,7 @@ bookie addresses, and serves until Ctrl-C. Restarting it on the same data dir ke
 				DataDir: dataDir, Bookies: bookies, BasePort: basePort, MetadataPort: metadataPort,
 				HTTPBasePort: httpPort, Logger: log,
 				Bookie: func(_ int, cfg *bookie.Config) {
-					cfg.Engine.WriteCacheMaxSize = writeCacheMB << 20
+					cfg.Engine.WriteCacheMaxSize = parsed.Engine.WriteCacheMaxSize
 					caches += cfg.CacheBytes()
 				},
 			})

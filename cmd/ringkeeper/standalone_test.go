@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -152,6 +153,43 @@ func TestStandalonePortInUse(t *testing.T) {
 	err = cmd.ExecuteContext(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "in use") || !strings.Contains(err.Error(), strconv.Itoa(port)) {
 		t.Fatalf("port in use: %v", err)
+	}
+}
+
+// TestStandaloneRefusesBadSizes: --bookies below 1 and a --write-cache-mb that is not positive
+// or whose bytes overflow are errors naming the flag, before anything starts (--bookies -1
+// panicked after etcd had started; --bookies 0 started 3 bookies on unchecked ports; the write
+// cache size wrapped).
+func TestStandaloneRefusesBadSizes(t *testing.T) {
+	for _, tc := range []struct{ flag, value string }{
+		{"--bookies", "-1"},
+		{"--bookies", "0"},
+		{"--write-cache-mb", "17592186044480"}, // << 20 overflows int64
+		{"--write-cache-mb", "0"},
+		{"--write-cache-mb", "-16"},
+	} {
+		cmd := standaloneCommand()
+		dataDir := filepath.Join(t.TempDir(), "data")
+		cmd.SetArgs([]string{"--data-dir", dataDir, tc.flag, tc.value, "--port", strconv.Itoa(freePorts(t, 3)),
+			"--metadata-port", strconv.Itoa(freePorts(t, 1)), "--http-port", "0"})
+		cmd.SetOut(&bytes.Buffer{})
+		cmd.SetErr(&bytes.Buffer{})
+		err := func() (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("standalone %s %s panicked: %v", tc.flag, tc.value, r)
+				}
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // if it serves, it stops
+			defer cancel()
+			return cmd.ExecuteContext(ctx)
+		}()
+		if err == nil || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("standalone %s %s: %v, want an error naming %s", tc.flag, tc.value, err, tc.flag)
+		}
+		if _, serr := os.Stat(dataDir); !os.IsNotExist(serr) {
+			t.Errorf("standalone %s %s: refused (%v), but it created %s", tc.flag, tc.value, err, dataDir)
+		}
 	}
 }
 
