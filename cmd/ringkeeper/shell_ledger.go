@@ -80,12 +80,14 @@ func shellLedgerCommand() *cobra.Command {
 	var closeAfter bool
 	appendCmd := &cobra.Command{
 		Use:   "append LEDGER [ENTRY...]",
-		Short: "Append entries (the arguments, or lines of stdin) to an open ledger this command created or recovers",
+		Short: "Append entries (the arguments, or lines of stdin) to an open ledger whose writer has gone away",
 		Long: `Appends each argument as one entry; with no entry arguments, each line of stdin (all of it is
 read first: a line longer than the largest entry fails the command with nothing appended). The ledger
-must have been created by "ledger create" and not closed: the shell writes through a fresh handle
-that continues after the ledger's last entry (it recovers the ledger's tail first, which fences any
-other writer).`,
+must be open (for example made by "ledger create") and its writer gone: the shell writes through a
+fresh handle that continues after the ledger's last stored entry. It fences nothing (a fenced ledger
+takes no more adds), so it must not be used on a ledger another writer is still writing: both
+would have entries acknowledged under the same ids, and one writer's would be lost. To end such a
+ledger, use "ledger read --recover".`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return md.withLedger(cmd.Context(), args[0], func(cl *client.Client, id int64) error {
