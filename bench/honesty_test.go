@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -101,5 +102,41 @@ func TestPacerNeverTurnsAHugeRateIntoAClosedLoop(t *testing.T) {
 	}
 	if due := p.wait(); p.wait() <= due {
 		t.Fatal("two operations due at the same time")
+	}
+}
+
+// Options a workload cannot run are refused before it starts anything (a negative entry size
+// panicked, a zero duration or read concurrency ran and reported an empty success).
+func TestWorkloadsRefuseOptionsTheyCannotRun(t *testing.T) {
+	ctx := context.Background()
+	stress := func(f func(*StressOptions)) error {
+		o := DefaultStressOptions()
+		f(&o)
+		_, err := RunStress(ctx, o)
+		return err
+	}
+	read := func(f func(*ReadOptions)) error {
+		o := DefaultReadOptions()
+		f(&o)
+		_, err := RunRead(ctx, o)
+		return err
+	}
+	storage := func(f func(*StorageOptions)) error {
+		o := DefaultStorageOptions()
+		o.JournalDirs, o.LedgerDirs = []string{t.TempDir()}, []string{t.TempDir()}
+		f(&o)
+		_, _, err := RunStorage(ctx, o)
+		return err
+	}
+	for name, err := range map[string]error{
+		"stress entry size -1":     stress(func(o *StressOptions) { o.EntrySize = -1 }),
+		"stress duration 0":        stress(func(o *StressOptions) { o.Duration = 0 }),
+		"read duration 0":          read(func(o *ReadOptions) { o.Duration = 0 }),
+		"storage read in-flight 0": storage(func(o *StorageOptions) { o.Read, o.ReadOutstanding = "random", 0 }),
+		"storage rate -1":          storage(func(o *StorageOptions) { o.Rate = -1 }),
+	} {
+		if err == nil || !strings.Contains(err.Error(), "must be") {
+			t.Errorf("%s: %v, want the options refused before anything starts", name, err)
+		}
 	}
 }

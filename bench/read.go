@@ -53,8 +53,8 @@ func RunRead(ctx context.Context, o ReadOptions) (*Result, error) {
 	if o.Mode != "sequential" && o.Mode != "random" {
 		return nil, fmt.Errorf("bench: read mode %q: want sequential or random", o.Mode)
 	}
-	if o.Ledgers < 1 || o.Entries < 1 || o.Readers < 1 || o.InFlight < 1 {
-		return nil, fmt.Errorf("bench: ledgers, entries, readers and in-flight must be positive")
+	if o.Ledgers < 1 || o.Entries < 1 || o.Readers < 1 || o.InFlight < 1 || o.Duration <= 0 || o.EntrySize < 0 {
+		return nil, fmt.Errorf("bench: ledgers, entries, readers, in-flight and duration must be positive, entry size not negative")
 	}
 	if o.Cold && !o.Standalone {
 		return nil, fmt.Errorf("bench: --cold needs --standalone (it restarts the bookies)")

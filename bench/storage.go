@@ -130,8 +130,10 @@ func RunStorage(ctx context.Context, o StorageOptions) (adds, reads *Result, err
 	switch {
 	case len(o.JournalDirs) == 0 || len(o.LedgerDirs) == 0:
 		return nil, nil, errors.New("bench: journal and ledger dirs are required")
-	case o.Writers < 1 || o.Outstanding < 1 || o.Ledgers < 1 || o.Duration <= 0:
-		return nil, nil, errors.New("bench: writers, outstanding, ledgers and duration must be positive")
+	case o.Writers < 1 || o.Outstanding < 1 || o.Ledgers < 1 || o.Duration <= 0 || o.EntrySize < 0 || !(o.Rate >= 0):
+		return nil, nil, errors.New("bench: writers, outstanding, ledgers and duration must be positive, entry size and rate not negative")
+	case o.Read != "" && (o.ReadOutstanding < 1 || o.ReadDuration <= 0):
+		return nil, nil, errors.New("bench: --read-outstanding and --read-duration must be positive")
 	case o.Read != "" && o.Read != "random" && o.Read != "sequential":
 		return nil, nil, fmt.Errorf("bench: --read %q: want random or sequential", o.Read)
 	case o.Compaction && (o.LedgerEntries < 1 || o.DeleteFraction < 0 || o.DeleteFraction > 1):

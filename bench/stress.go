@@ -74,8 +74,9 @@ func RunStress(ctx context.Context, o StressOptions) (*Result, error) {
 	if o.KillBookies && !o.Standalone {
 		return nil, errors.New("bench: --kill-bookies needs --standalone")
 	}
-	if o.Workers < 1 || o.MaxEntries < 1 || o.InFlight < 1 {
-		return nil, errors.New("bench: workers, max entries and in-flight must be positive")
+	if o.Workers < 1 || o.MaxEntries < 1 || o.InFlight < 1 || o.Duration <= 0 || o.EntrySize < 0 ||
+		(o.KillBookies && o.KillEvery <= 0) {
+		return nil, errors.New("bench: workers, max entries, in-flight, duration (and kill interval) must be positive, entry size not negative")
 	}
 	t, err := o.Target.connect(ctx)
 	if err != nil {
