@@ -45,8 +45,10 @@ type Ledger struct {
 	lac             int64
 	length          int64
 	confirmedLength int64
-	// pending are adds not yet acknowledged to the application, in entry order.
-	pending []*addOp
+	// pending are adds not yet acknowledged to the application, in entry order: a window of
+	// pendingArr, which popLocked advances and pushPendingLocked refills from the front.
+	pending    []*addOp
+	pendingArr []*addOp
 	// err is sticky: once set, every pending and later add fails with it.
 	err     error
 	closing bool
@@ -208,7 +210,7 @@ func (lh *Ledger) AppendAsync(data []byte, done func(entryID int64, err error)) 
 		op := lh.ops.Get().(*addOp)
 		op.entryID, op.done, op.err, op.completed = -1, done, refused, true
 		op.sendState.Store(sendIssued)
-		lh.pending = append(lh.pending, op)
+		lh.pushPendingLocked(op)
 		lh.deliverLocked(lh.popLocked(nil))
 	}
 }
@@ -246,7 +248,7 @@ func (lh *Ledger) TryAppendAsync(data []byte, done func(entryID int64, err error
 	op.done = done
 	op.sendState.Store(sendIssuing)
 	lac := lh.lac
-	lh.pending = append(lh.pending, op)
+	lh.pushPendingLocked(op)
 	// The digest is computed under the lock: the entry carries the LAC as of now.
 	var mac hash.Hash
 	if lh.dg.typ == DigestHMAC {
@@ -281,6 +283,27 @@ func (lh *Ledger) TryAppendAsync(data []byte, done func(entryID int64, err error
 		lh.deliverLocked(lh.popLocked(nil))
 	}
 	return id, nil
+}
+
+// pushPendingLocked appends op to pending without allocating in steady state: popping from the
+// front shrinks pending's capacity, and append would allocate a new array every few hundred
+// adds; instead the window moves back to the front of pendingArr once at most half of it is in
+// use (so each add is copied at most once per move), and pendingArr doubles only when fuller.
+func (lh *Ledger) pushPendingLocked(op *addOp) {
+	if len(lh.pending) == cap(lh.pending) {
+		n := len(lh.pending)
+		if 2*n > cap(lh.pendingArr) {
+			arr := make([]*addOp, max(64, 4*n))
+			copy(arr, lh.pending)
+			clear(lh.pendingArr)
+			lh.pendingArr = arr
+		} else {
+			copy(lh.pendingArr, lh.pending)
+			clear(lh.pendingArr[n:])
+		}
+		lh.pending = lh.pendingArr[:n]
+	}
+	lh.pending = append(lh.pending, op)
 }
 
 // commonWriteQuorum is the largest write quorum whose adds keep their send list on the stack.
