@@ -451,6 +451,12 @@ func ReadProperties(path string) (map[string]string, error) {
 // warning (returned, not fatal). Apply props as one set: journalDirectory, deprecated, counts
 // only when the same set has no journalDirectories (BookKeeper's rule).
 func (c *Config) Apply(props map[string]string) (warnings []string, err error) {
+	_, token := props["bookieAuthToken"]
+	_, tokenFile := props["bookieAuthTokenFile"]
+	if token && tokenFile {
+		// Applied in key order, the file would silently win.
+		return nil, fmt.Errorf("%w: bookieAuthToken and bookieAuthTokenFile are both set: set one", ErrBadConfig)
+	}
 	keys := make([]string, 0, len(props))
 	for k := range props {
 		keys = append(keys, k)

@@ -235,3 +235,19 @@ func TestDirsNamedRelativelyAreTheSameDirsAbsolutely(t *testing.T) {
 	cfg.Engine.JournalDirs, cfg.Engine.LedgerDirs = []string{"journal"}, []string{"ledgers/"}
 	start(t, cfg)
 }
+
+// bookieAuthToken and bookieAuthTokenFile name the same setting: both in one set is refused
+// (applied in key order, the file silently won).
+func TestAuthTokenAndTokenFileBothSetIsRefused(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	if _, err := cfg.Apply(map[string]string{"bookieAuthToken": "inline", "bookieAuthTokenFile": file}); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("both set: %v, want ErrBadConfig", err)
+	}
+	if _, err := cfg.Apply(map[string]string{"bookieAuthTokenFile": file}); err != nil || cfg.AuthToken != "from-file" {
+		t.Fatalf("file alone: token %q, err %v", cfg.AuthToken, err)
+	}
+}
