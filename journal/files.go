@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/internal/diskio"
@@ -45,6 +46,9 @@ type fileManager struct {
 	want     chan struct{}
 	// started is set once the first file of this writer session has been prepared.
 	started bool
+	// noFallocate is set once the file system has refused fallocate (EOPNOTSUPP): files are then
+	// only zero-filled (PreallocZero) or grow as they are written.
+	noFallocate atomic.Bool
 }
 
 type prepareResult struct {
@@ -215,9 +219,9 @@ var zeroFillRate float64 = 128 << 20
 func (m *fileManager) preallocate(f diskio.File, sessionStart bool) error {
 	switch m.cfg.Prealloc {
 	case PreallocFallocate:
-		return f.Allocate(0, m.cfg.MaxFileSize)
+		return m.allocate(f)
 	case PreallocZero:
-		if err := f.Allocate(0, m.cfg.MaxFileSize); err != nil {
+		if err := m.allocate(f); err != nil {
 			return err
 		}
 		if !sessionStart {
@@ -229,6 +233,23 @@ func (m *fileManager) preallocate(f diskio.File, sessionStart bool) error {
 		return f.SyncData()
 	}
 	return nil
+}
+
+// allocate fallocates a new file's space, unless the file system does not support it: then,
+// as the entry log does, the journal goes on without (warning once) rather than refusing to
+// open; replay finds the end of a file that was never preallocated as it finds a torn tail.
+func (m *fileManager) allocate(f diskio.File) error {
+	if m.noFallocate.Load() {
+		return nil
+	}
+	err := f.Allocate(0, m.cfg.MaxFileSize)
+	if err != nil && errors.Is(err, errors.ErrUnsupported) {
+		if m.noFallocate.CompareAndSwap(false, true) {
+			m.log.Warn("fallocate is not supported here; journal files grow as they are written", "err", err)
+		}
+		return nil
+	}
+	return err
 }
 
 // zeroFill zero-fills a prepared file after its header at zeroFillRate until it is done or the

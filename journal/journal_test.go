@@ -869,3 +869,49 @@ func TestGroupStatsAttributeTheWait(t *testing.T) {
 		t.Errorf("second group's callbacks began %v after it was durable, want at least %v (the first group's callback slept that long after it)", stats[1].CallbackDelay, min)
 	}
 }
+
+// Where the file system does not support fallocate (EOPNOTSUPP: ext3, some network file
+// systems), the journal opens and works without it, in every preallocation mode, across
+// roll-overs, and replays what it acknowledged; it used to refuse to open.
+func TestJournalWithoutFallocate(t *testing.T) {
+	for _, mode := range []PreallocMode{PreallocZero, PreallocFallocate} {
+		t.Run(mode.String(), func(t *testing.T) {
+			fs := diskio.NewMem(4096)
+			fs.SetInjector(func(op diskio.Op) error {
+				if op.Kind == diskio.OpAllocate {
+					return fmt.Errorf("fallocate: %w", unix.EOPNOTSUPP)
+				}
+				return nil
+			})
+			cfg := memConfig(fs)
+			cfg.Prealloc = mode
+			cfg.MaxFileSize = 1 << 20
+			j, err := Open(cfg)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			payload := make([]byte, 16<<10)
+			const n = 200 // about 3 MiB: several roll-overs
+			for i := range int64(n) {
+				if err := appendSync(t, j, RecordData, 1, i, payload); err != nil {
+					t.Fatalf("append %d: %v", i, err)
+				}
+			}
+			if err := j.Close(); err != nil {
+				t.Fatal(err)
+			}
+			got := 0
+			if _, err := Replay(context.Background(), ReplayOptions{FS: fs, Dir: cfg.Dir}, func(r *Record) error {
+				if r.Type == RecordData {
+					got++
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if got != n {
+				t.Fatalf("replayed %d records, want %d", got, n)
+			}
+		})
+	}
+}

@@ -411,3 +411,34 @@ func TestLockHoldsADirectoryAlone(t *testing.T) {
 		})
 	}
 }
+
+// A directory's alignment is what O_DIRECT files in it need: ext4 and XFS answer statx
+// STATX_DIOALIGN only for files, and the fallback of 4096 for a directory made every direct
+// write fail on a device with 8 KiB sectors. RINGKEEPER_LBS_DIR may name a directory on such a
+// device (a loop device made with --sector-size 8192); otherwise it checks the same property
+// on the test's own disk, where the file system reports an alignment at all.
+func TestAlignmentOfADirectoryIsItsFiles(t *testing.T) {
+	dir := t.TempDir()
+	if base := os.Getenv("RINGKEEPER_LBS_DIR"); base != "" {
+		d, err := os.MkdirTemp(base, "align")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	name := filepath.Join(dir, "f")
+	if err := os.WriteFile(name, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	need, known := dioAlignment(unix.AT_FDCWD, name, 0)
+	if !known {
+		t.Skipf("the file system of %s does not report direct-I/O alignment", dir)
+	}
+	if got := NewOS().Alignment(dir); got != need {
+		t.Fatalf("Alignment(%s) = %d, O_DIRECT files there need %d", dir, got, need)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("the probe left files behind: %v", entries)
+	}
+}

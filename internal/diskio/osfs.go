@@ -167,7 +167,10 @@ func (o *OS) SyncDir(dir string) error {
 	return nil
 }
 
-// Alignment implements FS: statx STATX_DIOALIGN of dir, at least 512, 4096 when unknown.
+// Alignment implements FS: statx STATX_DIOALIGN, at least 512, 4096 when unknown. ext4 and XFS
+// answer it only for regular files, so for a directory it asks about a file made there for the
+// purpose (unnamed, O_TMPFILE, where the file system allows): on a device with 8 KiB sectors,
+// 4096 would make every direct write fail.
 func (o *OS) Alignment(dir string) int {
 	dir = filepath.Clean(dir)
 	o.mu.Lock()
@@ -175,7 +178,13 @@ func (o *OS) Alignment(dir string) int {
 	if a, ok := o.alignments[dir]; ok {
 		return a
 	}
-	a := DirectIOAlignment(dir)
+	a, ok := dioAlignment(unix.AT_FDCWD, dir, 0)
+	if !ok {
+		a, ok = probeDirAlignment(dir)
+	}
+	if !ok {
+		a = 4096
+	}
 	o.alignments[dir] = a
 	return a
 }
@@ -184,18 +193,48 @@ func (o *OS) Alignment(dir string) int {
 // STATX_DIOALIGN: the larger of the memory and offset alignments. It returns 4096 when the kernel
 // or the file system does not say.
 func DirectIOAlignment(path string) int {
+	if a, ok := dioAlignment(unix.AT_FDCWD, path, 0); ok {
+		return a
+	}
+	return 4096
+}
+
+// dioAlignment is statx STATX_DIOALIGN of path relative to dirfd (or of dirfd itself with
+// AT_EMPTY_PATH); ok is false when the kernel or the file system does not say.
+func dioAlignment(dirfd int, path string, flags int) (int, bool) {
 	var stx unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_DIOALIGN, &stx); err != nil {
-		return 4096
+	if err := unix.Statx(dirfd, path, flags, unix.STATX_DIOALIGN, &stx); err != nil {
+		return 0, false
 	}
 	if stx.Mask&unix.STATX_DIOALIGN == 0 || stx.Dio_offset_align == 0 {
-		return 4096
+		return 0, false
 	}
 	a := max(int(stx.Dio_mem_align), int(stx.Dio_offset_align), 512)
 	if a&(a-1) != 0 {
-		return 4096
+		return 0, false
 	}
-	return a
+	return a, true
+}
+
+// dioProbeName is the file probeDirAlignment makes where O_TMPFILE is not supported; it is
+// removed at once, and no reader of a journal or ledger directory takes it for its own.
+const dioProbeName = ".dioalign-probe"
+
+// probeDirAlignment asks statx about a regular file in dir: an unnamed one (O_TMPFILE), else
+// one named dioProbeName, removed again.
+func probeDirAlignment(dir string) (int, bool) {
+	if fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600); err == nil {
+		defer unix.Close(fd)
+		return dioAlignment(fd, "", unix.AT_EMPTY_PATH)
+	}
+	name := filepath.Join(dir, dioProbeName)
+	fd, err := unix.Open(name, unix.O_CREAT|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return 0, false
+	}
+	defer unix.Unlink(name)
+	defer unix.Close(fd)
+	return dioAlignment(fd, "", unix.AT_EMPTY_PATH)
 }
 
 // Usage implements FS.
