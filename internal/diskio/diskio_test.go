@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -441,4 +442,52 @@ func TestAlignmentOfADirectoryIsItsFiles(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Fatalf("the probe left files behind: %v", entries)
 	}
+}
+
+// Reads waiting for a slot of the shared io_uring reader when it breaks (a failed submission)
+// fall back to pread at once: a broken ring never gives its slots back, and they waited for
+// ever.
+func TestBrokenURingReaderReleasesWaitingReads(t *testing.T) {
+	if err := IOUringAvailable(); err != nil {
+		t.Skipf("io_uring unavailable: %v", err)
+	}
+	r, err := newURingReader(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	holder := make(chan struct{})
+	go func() {
+		defer close(holder)
+		r.pread(p[0], make([]byte, 1), 0) // holds the only slot until the pipe is written
+	}()
+	for len(r.free) != 0 {
+		time.Sleep(time.Millisecond)
+	}
+	waiters := make(chan bool, 2)
+	for range 2 {
+		go func() {
+			_, _, ok := r.pread(p[0], make([]byte, 1), 0)
+			waiters <- ok
+		}()
+	}
+	time.Sleep(20 * time.Millisecond) // both wait for the slot
+	r.markBroken()
+	for range 2 {
+		select {
+		case ok := <-waiters:
+			if ok {
+				t.Error("a read on a broken ring was taken by it")
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a read waiting for a slot of the broken reader never returned")
+		}
+	}
+	unix.Write(p[1], []byte{1})
+	<-holder
 }

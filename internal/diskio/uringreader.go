@@ -46,6 +46,10 @@ type uringReader struct {
 	// broken is set when a submission fails: its SQEs may still be queued, so the ring is not
 	// trusted again and reads fall back to pread.
 	broken atomic.Bool
+	// brokenCh is closed when broken is set (markBroken): reads waiting for a slot then fall
+	// back to pread instead of waiting for slots that a broken ring never gives back.
+	brokenCh   chan struct{}
+	brokenOnce sync.Once
 	// woken counts the readers handed a completion that have not yet resumed (see enqueue).
 	// Once the ring is broken it may stay above zero (a late completion for a read told it
 	// was not submitted): harmless, since a broken ring takes no more reads.
@@ -123,12 +127,13 @@ func newURingReader(slots int) (*uringReader, error) {
 		return nil, err
 	}
 	r := &uringReader{
-		ring:   ring,
-		efd:    efd,
-		slots:  make([]readSlot, slots),
-		free:   make(chan int, slots),
-		queued: make([]readReq, 0, slots),
-		spare:  make([]readReq, 0, slots),
+		ring:     ring,
+		efd:      efd,
+		slots:    make([]readSlot, slots),
+		free:     make(chan int, slots),
+		queued:   make([]readReq, 0, slots),
+		spare:    make([]readReq, 0, slots),
+		brokenCh: make(chan struct{}),
 	}
 	for i := range r.slots {
 		r.slots[i].done = make(chan int32, 1)
@@ -141,7 +146,12 @@ func newURingReader(slots int) (*uringReader, error) {
 // pread reads into p at off from fd once (a short read is possible, as with pread(2)); ok is
 // false if the ring could not take the read, which the caller then does with pread.
 func (r *uringReader) pread(fd int, p []byte, off int64) (n int, err error, ok bool) {
-	i := <-r.free
+	var i int
+	select {
+	case i = <-r.free:
+	case <-r.brokenCh:
+		return 0, nil, false
+	}
 	s := &r.slots[i]
 	s.buf = p
 	r.enqueue(readReq{fd: fd, p: p, off: off, slot: i})
@@ -156,6 +166,12 @@ func (r *uringReader) pread(fd int, p []byte, off int64) (n int, err error, ok b
 		return 0, unix.Errno(-res), true
 	}
 	return int(res), nil, true
+}
+
+// markBroken stops the ring taking reads, and wakes the reads waiting for a slot.
+func (r *uringReader) markBroken() {
+	r.broken.Store(true)
+	r.brokenOnce.Do(func() { close(r.brokenCh) })
 }
 
 // enqueue queues req and, if no reader is submitting, submits everything queued until the
@@ -207,7 +223,7 @@ func (r *uringReader) submit(batch []readReq) {
 	// fails), so the kernel consumes a batch in order: the first n.
 	n, err := r.ring.Submit()
 	if err != nil {
-		r.broken.Store(true)
+		r.markBroken()
 		for _, req := range batch[min(n, len(batch)):] {
 			r.slots[req.slot].done <- notSubmitted
 		}
@@ -220,7 +236,7 @@ func (r *uringReader) complete() {
 	cqes := make([]iouring.CQE, 64)
 	for {
 		if _, err := r.efd.Read(counter[:]); err != nil {
-			r.broken.Store(true)
+			r.markBroken()
 			return
 		}
 		for {
