@@ -42,6 +42,9 @@ type Bookie struct {
 	readOnly atomic.Bool
 	// forcedReadOnly is set by an operator: the disk checker does not turn it writable.
 	forcedReadOnly atomic.Bool
+	// regStale says the registration does not show the current mode: its update failed (the
+	// metadata store was unreachable), and the disk checker retries it.
+	regStale atomic.Bool
 
 	stop    chan struct{}
 	done    sync.WaitGroup
@@ -263,28 +266,51 @@ func (b *Bookie) checkDisk() {
 	}
 }
 
-// setReadOnly switches modes and moves the registration.
-func (b *Bookie) setReadOnly(ro bool) {
+// setReadOnly switches modes and moves the registration, unless an operator forced read-only
+// mode and ro is false.
+func (b *Bookie) setReadOnly(ro bool) error {
 	b.stateMu.Lock()
 	defer b.stateMu.Unlock()
 	if !ro && b.forcedReadOnly.Load() {
-		return // the disk check read the state before an operator forced read-only mode
+		return nil // the disk check read the state before an operator forced read-only mode
 	}
-	b.readOnly.Store(ro)
-	b.eng.SetReadOnly(ro)
-	if b.reg != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := b.reg.Update(ctx, b.info()); err != nil {
-			b.log.Warn("update registration", "err", err)
-		}
-	}
+	return b.setReadOnlyLocked(ro)
 }
 
-// SetReadOnly forces read-only mode on (until SetReadOnly(false)), as an operator would.
-func (b *Bookie) SetReadOnly(ro bool) {
+func (b *Bookie) setReadOnlyLocked(ro bool) error {
+	b.readOnly.Store(ro)
+	b.eng.SetReadOnly(ro)
+	return b.updateRegistrationLocked()
+}
+
+// updateRegistrationLocked moves the registration to the current mode. When the metadata store
+// does not take it, clients would go on picking a read-only bookie (or not pick a writable
+// one): it is marked stale and the disk checker retries it every diskCheckInterval.
+func (b *Bookie) updateRegistrationLocked() error {
+	if b.reg == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := b.reg.Update(ctx, b.info()); err != nil {
+		if !b.regStale.Swap(true) {
+			b.log.Warn("update registration failed; retrying every diskCheckInterval", "err", err)
+		}
+		return fmt.Errorf("bookie: the mode changed, but the registration does not show it yet (retried): %w", err)
+	}
+	if b.regStale.Swap(false) {
+		b.log.Info("registration updated")
+	}
+	return nil
+}
+
+// SetReadOnly forces read-only mode on (until SetReadOnly(false)), as an operator would. The
+// mode changes at once; an error says the registration does not show it yet (it is retried).
+func (b *Bookie) SetReadOnly(ro bool) error {
+	b.stateMu.Lock()
+	defer b.stateMu.Unlock()
 	b.forcedReadOnly.Store(ro)
-	b.setReadOnly(ro)
+	return b.setReadOnlyLocked(ro)
 }
 
 // ReadOnly reports the bookie's mode.
@@ -299,6 +325,11 @@ func (b *Bookie) runDiskChecker() {
 			return
 		case <-t.C:
 			b.checkDisk()
+			if b.regStale.Load() {
+				b.stateMu.Lock()
+				b.updateRegistrationLocked()
+				b.stateMu.Unlock()
+			}
 		}
 	}
 }

@@ -144,8 +144,8 @@ func TestProtocolAgainstTheRealEngine(t *testing.T) {
 	body := new(bytes.Buffer)
 	body.ReadFrom(resp.Body)
 	resp.Body.Close()
-	for _, name := range []string{"bookkeeper_server_ADD_ENTRY_REQUEST", "bookkeeper_server_JOURNAL_SYNC", "bookkeeper_server_WRITE_CACHE_SIZE",
-		"bookkeeper_server_JOURNAL_QUEUE_LATENCY", "ringkeeper_journal_group_wait_seconds", "ringkeeper_journal_callback_delay_seconds"} {
+	for _, name := range []string{"bookkeeper_server_ADD_ENTRY_REQUEST", "bookie_journal_JOURNAL_SYNC", "bookie_write_cache_size",
+		"bookie_journal_JOURNAL_QUEUE_LATENCY", "ringkeeper_journal_group_wait_seconds", "ringkeeper_journal_callback_delay_seconds"} {
 		if !strings.Contains(body.String(), name) {
 			t.Errorf("/metrics lacks %s", name)
 		}

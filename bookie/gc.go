@@ -2,10 +2,8 @@ package bookie
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -65,15 +63,6 @@ func (f *flag) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// decodeBody decodes an optional JSON body into v; an empty body leaves v as it is.
-func decodeBody(r *http.Request, v any) error {
-	err := json.NewDecoder(r.Body).Decode(v)
-	if errors.Is(err, io.EOF) {
-		return nil
-	}
-	return err
-}
-
 // addGCRoutes serves BookKeeper's garbage-collection admin API:
 //
 //	PUT /api/v1/bookie/gc                    trigger a run: {"forceMajor": true, "forceMinor": true}
@@ -83,15 +72,16 @@ func decodeBody(r *http.Request, v any) error {
 //	PUT /api/v1/bookie/gc/resume_compaction  {"resumeMajor": true, "resumeMinor": true}
 //	GET /api/v1/bookie/gc/suspend_compaction, resume_compaction: the suspensions
 //
-// A suspend or resume body that names neither kind applies to both.
+// A suspend or resume body that names neither kind (or is empty) applies to both; one that names
+// a kind acts on the kinds set to true only.
 func (b *Bookie) addGCRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("PUT /api/v1/bookie/gc", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
 			ForceMajor flag `json:"forceMajor"`
 			ForceMinor flag `json:"forceMinor"`
 		}
-		if err := decodeBody(r, &req); err != nil {
-			http.Error(w, "body must be {\"forceMajor\": bool, \"forceMinor\": bool}: "+err.Error(), http.StatusBadRequest)
+		if err := decodeBody(w, r, &req, true); err != nil {
+			badBody(w, `{"forceMajor": bool, "forceMinor": bool}`, err)
 			return
 		}
 		b.eng.TriggerGC(engine.GCRequest{ForceMajor: bool(req.ForceMajor), ForceMinor: bool(req.ForceMinor)})
@@ -111,38 +101,41 @@ func (b *Bookie) addGCRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/v1/bookie/gc/resume_compaction", func(w http.ResponseWriter, _ *http.Request) { suspension(w) })
 	mux.HandleFunc("PUT /api/v1/bookie/gc/suspend_compaction", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
-			Major flag `json:"suspendMajor"`
-			Minor flag `json:"suspendMinor"`
+			Major *flag `json:"suspendMajor"`
+			Minor *flag `json:"suspendMinor"`
 		}
-		if err := decodeBody(r, &req); err != nil {
-			http.Error(w, "body must be {\"suspendMajor\": bool, \"suspendMinor\": bool}: "+err.Error(), http.StatusBadRequest)
+		if err := decodeBody(w, r, &req, true); err != nil {
+			badBody(w, `{"suspendMajor": bool, "suspendMinor": bool}`, err)
 			return
 		}
-		major, minor := bool(req.Major), bool(req.Minor)
-		if !major && !minor {
-			major, minor = true, true
-		}
+		major, minor := chosenKinds(req.Major, req.Minor)
 		b.eng.SuspendCompaction(major, minor)
 		b.log.Info("compaction suspended by an operator", "major", major, "minor", minor)
 		suspension(w)
 	})
 	mux.HandleFunc("PUT /api/v1/bookie/gc/resume_compaction", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
-			Major flag `json:"resumeMajor"`
-			Minor flag `json:"resumeMinor"`
+			Major *flag `json:"resumeMajor"`
+			Minor *flag `json:"resumeMinor"`
 		}
-		if err := decodeBody(r, &req); err != nil {
-			http.Error(w, "body must be {\"resumeMajor\": bool, \"resumeMinor\": bool}: "+err.Error(), http.StatusBadRequest)
+		if err := decodeBody(w, r, &req, true); err != nil {
+			badBody(w, `{"resumeMajor": bool, "resumeMinor": bool}`, err)
 			return
 		}
-		major, minor := bool(req.Major), bool(req.Minor)
-		if !major && !minor {
-			major, minor = true, true
-		}
+		major, minor := chosenKinds(req.Major, req.Minor)
 		b.eng.ResumeCompaction(major, minor)
 		b.log.Info("compaction resumed by an operator", "major", major, "minor", minor)
 		suspension(w)
 	})
+}
+
+// chosenKinds reads a suspend or resume body: both kinds when it names neither, else those set
+// to true ({"suspendMajor": false, "suspendMinor": false} acts on neither).
+func chosenKinds(major, minor *flag) (bool, bool) {
+	if major == nil && minor == nil {
+		return true, true
+	}
+	return major != nil && bool(*major), minor != nil && bool(*minor)
 }
 
 // registerGC exposes the garbage collector's counters, read when scraped.
@@ -151,11 +144,11 @@ func registerGC(reg *prometheus.Registry, e *engine.Engine) {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return f(e.GCStatus()) })
 	}
 	reg.MustRegister(
-		counter("bookkeeper_server_MAJOR_COMPACTION_total", "Major compactions run.",
+		counter("bookie_gc_MAJOR_COMPACTION_COUNT", "Major compactions run.",
 			func(s engine.GCStatus) float64 { return float64(s.MajorCompactions) }),
-		counter("bookkeeper_server_MINOR_COMPACTION_total", "Minor compactions run.",
+		counter("bookie_gc_MINOR_COMPACTION_COUNT", "Minor compactions run.",
 			func(s engine.GCStatus) float64 { return float64(s.MinorCompactions) }),
-		counter("bookkeeper_server_DELETED_LEDGER_total", "Ledgers deleted because the metadata store no longer has them.",
+		counter("bookie_DELETED_LEDGER_COUNT", "Ledgers deleted because the metadata store no longer has them.",
 			func(s engine.GCStatus) float64 { return float64(s.DeletedLedgers) }),
 		counter("ringkeeper_engine_gc_reclaimed_bytes_total", "Bytes of entry logs removed by garbage collection and compaction.",
 			func(s engine.GCStatus) float64 { return float64(s.ReclaimedBytes) }),

@@ -91,7 +91,7 @@ func TestGarbageCollectionFollowsTheMetadataStore(t *testing.T) {
 	}
 	scraped, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(scraped), "bookkeeper_server_DELETED_LEDGER_total 4") {
+	if !strings.Contains(string(scraped), "bookie_DELETED_LEDGER_COUNT 4") {
 		t.Errorf("/metrics lacks the deleted ledgers")
 	}
 	var inForce map[string]string

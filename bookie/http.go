@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -29,13 +31,55 @@ func (b *Bookie) startHTTP() error {
 	if b.cfg.HTTPServerEnabled {
 		b.addAdminRoutes(mux)
 	}
-	b.http = &http.Server{Handler: mux}
+	// Timeouts so that a client that sends half a request, or idles, does not hold a goroutine
+	// and its buffers for ever; the scrape and admin calls are small.
+	b.http = &http.Server{Handler: mux, ReadHeaderTimeout: httpReadTimeout, ReadTimeout: httpReadTimeout,
+		WriteTimeout: httpWriteTimeout, IdleTimeout: httpIdleTimeout, MaxHeaderBytes: maxAdminBody}
 	go func() {
 		if err := b.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			b.log.Error("admin HTTP server", "err", err)
 		}
 	}()
 	return nil
+}
+
+// Limits of the metrics and admin HTTP server.
+const (
+	httpReadTimeout  = 10 * time.Second
+	httpWriteTimeout = 30 * time.Second
+	httpIdleTimeout  = 2 * time.Minute
+	// maxAdminBody bounds an admin request's body (and headers): the largest is a few fields.
+	maxAdminBody = 64 << 10
+)
+
+// decodeBody decodes a JSON admin body into v, strictly: at most maxAdminBody bytes, one JSON
+// object with no unknown field and nothing after it. An empty body leaves v as it is when
+// optional. A bad body is refused whole, so that it changes nothing.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAdminBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	switch {
+	case errors.Is(err, io.EOF) && optional:
+		return nil
+	case errors.Is(err, io.EOF):
+		return errors.New("the body is empty")
+	case err != nil:
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("the body holds more than one JSON value")
+	}
+	return nil
+}
+
+// badBody answers 413 for a body over maxAdminBody and 400 for any other bad body.
+func badBody(w http.ResponseWriter, want string, err error) {
+	code := http.StatusBadRequest
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		code = http.StatusRequestEntityTooLarge
+	}
+	http.Error(w, "body must be "+want+": "+err.Error(), code)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -47,16 +91,29 @@ func (b *Bookie) handleState(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, map[string]any{"id": b.id, "readOnly": b.ReadOnly(), "forcedReadOnly": b.forcedReadOnly.Load()})
 }
 
-// handleSetReadOnly takes {"readOnly": true|false}.
+// handleSetReadOnly takes {"readOnly": true|false} (the field is required). When the
+// registration could not be moved (the metadata store is unreachable), the mode has changed
+// all the same and the answer is 503 with the error; the bookie retries the registration.
 func (b *Bookie) handleSetReadOnly(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		ReadOnly bool `json:"readOnly"`
+		ReadOnly *flag `json:"readOnly"`
 	}
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		http.Error(w, "body must be {\"readOnly\": true|false}", http.StatusBadRequest)
+	const want = `{"readOnly": true|false}`
+	if err := decodeBody(w, r, &req, false); err != nil {
+		badBody(w, want, err)
 		return
 	}
-	b.SetReadOnly(req.ReadOnly)
+	if req.ReadOnly == nil {
+		badBody(w, want, errors.New("readOnly is missing"))
+		return
+	}
+	if err := b.SetReadOnly(bool(*req.ReadOnly)); err != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		json.NewEncoder(w).Encode(map[string]any{"id": b.id, "readOnly": b.ReadOnly(),
+			"forcedReadOnly": b.forcedReadOnly.Load(), "error": err.Error()})
+		return
+	}
 	b.handleState(w, r)
 }
 

@@ -8,8 +8,10 @@ import (
 	"github.com/ringkeeper/ringkeeper/journal"
 )
 
-// metrics are the bookie's own Prometheus series; the network server registers its own. Names
-// follow BookKeeper's stats (BookKeeperServerStats) where the meaning is the same, in seconds.
+// metrics are the bookie's own Prometheus series; the network server registers its own
+// (bookkeeper_server_*). Names are BookKeeper's Prometheus names where the meaning is the same
+// (the journal's under bookie_journal_, DbLedgerStorage's and the garbage collector's under
+// bookie_), latencies in seconds; ringkeeper_* series have no BookKeeper counterpart.
 type metrics struct {
 	groupEntries prometheus.Histogram
 	groupBytes   prometheus.Histogram
@@ -27,18 +29,18 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	}
 	m := &metrics{
 		groupEntries: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "bookkeeper_server_JOURNAL_FORCE_WRITE_BATCH_ENTRIES",
+			Name:    "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES",
 			Help:    "Records per journal group commit.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 16),
 		}),
 		groupBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "bookkeeper_server_JOURNAL_FORCE_WRITE_BATCH_BYTES",
+			Name:    "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_BYTES",
 			Help:    "Bytes per journal group commit, padding included.",
 			Buckets: prometheus.ExponentialBuckets(4096, 2, 12),
 		}),
-		groupSync: latency("bookkeeper_server_JOURNAL_SYNC",
+		groupSync: latency("bookie_journal_JOURNAL_SYNC",
 			"Time from submitting a journal group to its durable completion (write and sync), seconds."),
-		queueWait: latency("bookkeeper_server_JOURNAL_QUEUE_LATENCY",
+		queueWait: latency("bookie_journal_JOURNAL_QUEUE_LATENCY",
 			"Time the oldest record of each journal group waited in the journal's queue, seconds."),
 		groupWait: latency("ringkeeper_journal_group_wait_seconds",
 			"Time from the journal writer taking a group's oldest record to submitting the group (filling, group wait, a free pipeline slot)."),
@@ -72,11 +74,11 @@ func (m *metrics) registerEngine(reg *prometheus.Registry, e *engine.Engine) {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return f(e.Stats()) })
 	}
 	reg.MustRegister(
-		gauge("bookkeeper_server_WRITE_CACHE_SIZE", "Bytes in the active write-cache halves.",
+		gauge("bookie_write_cache_size", "Bytes in the active write-cache halves.",
 			func(s engine.Stats) float64 { return float64(s.WriteCacheBytes) }),
 		gauge("ringkeeper_engine_write_cache_capacity_bytes", "Capacity of the write cache (both halves of every ledger dir).",
 			func(s engine.Stats) float64 { return float64(s.WriteCacheCapacity) }),
-		counter("bookkeeper_server_FLUSH_total", "Write-cache flushes to entry logs and the index.",
+		counter("ringkeeper_engine_flushes_total", "Write-cache flushes to entry logs and the index.",
 			func(s engine.Stats) float64 { return float64(s.Flushes) }),
 		counter("ringkeeper_engine_flush_seconds_total", "Time spent flushing write-cache halves.",
 			func(s engine.Stats) float64 { return s.FlushSeconds }),
@@ -84,9 +86,9 @@ func (m *metrics) registerEngine(reg *prometheus.Registry, e *engine.Engine) {
 			func(s engine.Stats) float64 { return float64(s.FlushedBytes) }),
 		counter("ringkeeper_engine_checkpoints_total", "Completed checkpoints.",
 			func(s engine.Stats) float64 { return float64(s.Checkpoints) }),
-		counter("bookkeeper_server_THROTTLED_WRITE_total", "Adds that waited for write-cache space.",
+		counter("bookie_throttled_write_requests", "Adds that waited for write-cache space.",
 			func(s engine.Stats) float64 { return float64(s.ThrottledAdds) }),
-		counter("bookkeeper_server_REJECTED_WRITE_total", "Adds refused because the write cache stayed full.",
+		counter("bookie_rejected_write_requests", "Adds refused because the write cache stayed full.",
 			func(s engine.Stats) float64 { return float64(s.RejectedAdds) }),
 		counter("ringkeeper_engine_read_cache_hits_total", "Reads served from memory on the event loop.",
 			func(s engine.Stats) float64 { return float64(s.ReadCacheHits) }),
