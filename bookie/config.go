@@ -366,6 +366,7 @@ var Keys = map[string]setter{
 	"maxPendingReadRequestsPerThread":   intKey(func(c *Config) *int { return &c.Server.MaxPendingReadRequestsPerThread }),
 	"maxAddsInProgressLimit":            intKey(func(c *Config) *int { return &c.Server.MaxAddsInProgressLimit }),
 	"maxReadsInProgressLimit":           intKey(func(c *Config) *int { return &c.Server.MaxReadsInProgressLimit }),
+	"maxUnwrittenReadBytes":             intKey(func(c *Config) *int { return &c.Server.MaxUnwrittenReadBytes }),
 	"diskUsageThreshold":                floatKey(func(c *Config) *float64 { return &c.DiskUsageThreshold }),
 	"diskUsageWarnThreshold":            floatKey(func(c *Config) *float64 { return &c.DiskUsageWarnThreshold }),
 	"diskUsageLwmThreshold":             floatKey(func(c *Config) *float64 { return &c.DiskUsageLwmThreshold }),

@@ -251,3 +251,18 @@ func TestAuthTokenAndTokenFileBothSetIsRefused(t *testing.T) {
 		t.Fatalf("file alone: token %q, err %v", cfg.AuthToken, err)
 	}
 }
+
+// TestMaxUnwrittenReadBytesKey: maxUnwrittenReadBytes sets the server's bound on unwritten
+// read response bytes.
+func TestMaxUnwrittenReadBytesKey(t *testing.T) {
+	c := DefaultConfig()
+	if c.Server.MaxUnwrittenReadBytes <= 0 {
+		t.Fatalf("default MaxUnwrittenReadBytes %d", c.Server.MaxUnwrittenReadBytes)
+	}
+	if _, err := c.Apply(map[string]string{"maxUnwrittenReadBytes": "1048576"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.MaxUnwrittenReadBytes != 1<<20 {
+		t.Fatalf("maxUnwrittenReadBytes=1048576: MaxUnwrittenReadBytes %d", c.Server.MaxUnwrittenReadBytes)
+	}
+}

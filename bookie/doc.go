@@ -38,5 +38,7 @@
 // the deprecated journalDirectory counts only when journalDirectories is not set. Journal and
 // ledger dirs are made absolute before the cookies record them, and one named twice is a
 // configuration error (a journal dir may also be a ledger dir). httpServerEnabled defaults to
-// true here (see HTTP).
+// true here (see HTTP). maxUnwrittenReadBytes, ringkeeper's own (default 128 MiB), bounds the
+// read responses the bookie holds, over all connections, that clients have not yet taken off
+// their sockets; a read over it is answered ETOOMANYREQUESTS (net/server's package doc).
 package bookie

@@ -38,6 +38,9 @@ const (
 	// DefaultMaxOutboundBytesPerConnection is the queued response bytes above which a
 	// connection's requests are no longer decoded.
 	DefaultMaxOutboundBytesPerConnection = 16 << 20
+	// DefaultMaxUnwrittenReadBytes bounds the read response bytes the server holds, not yet
+	// taken by a socket, over all connections (maxUnwrittenReadBytes, a ringkeeper key).
+	DefaultMaxUnwrittenReadBytes = 128 << 20
 	// DefaultMaxInboundBytesPerConnection is the unprocessed request bytes above which a
 	// connection whose decoding is paused is closed.
 	DefaultMaxInboundBytesPerConnection = 16 << 20
@@ -96,12 +99,25 @@ type Config struct {
 	// (maxAddsInProgressLimit); 0 = unlimited. Over it an add gets ETOOMANYREQUESTS.
 	MaxAddsInProgressLimit int
 	// MaxReadsInProgressLimit limits reads in the worker pool over all connections
-	// (maxReadsInProgressLimit); 0 = unlimited.
+	// (maxReadsInProgressLimit); 0 = unlimited. A read counts until its response is queued
+	// (BookKeeper's until it is written): the memory of responses queued and not yet sent is
+	// bounded by MaxUnwrittenReadBytes instead.
 	MaxReadsInProgressLimit int
 	// MaxOutboundBytesPerConnection: while a connection has more response bytes queued than
 	// this (ours plus gnet's outbound buffer), its requests are not decoded, and a pool read
-	// for it is answered ETOOMANYREQUESTS instead of being read.
+	// for it is answered ETOOMANYREQUESTS instead of being read; so is a pool read whose
+	// response would take the connection past it (unless the connection has nothing queued).
 	MaxOutboundBytesPerConnection int
+	// MaxUnwrittenReadBytes bounds the memory of read responses over all connections: the
+	// bytes of responses read (by the workers, or from the cache on the reader) and not yet
+	// taken by a socket, whether queued or in gnet's outbound buffer. A read that finds no room
+	// is answered ETOOMANYREQUESTS, as over MaxReadsInProgressLimit. A connection whose
+	// transport holds read bytes its socket has not taken (a slow reader) gets only half of it,
+	// so that slow readers cannot take it all from clients that keep up. Its key is
+	// maxUnwrittenReadBytes (ringkeeper's; BookKeeper has none). A response larger than the
+	// allowance still goes out when no other read bytes are held. Default
+	// DefaultMaxUnwrittenReadBytes, or MaxFrameSize if larger.
+	MaxUnwrittenReadBytes int
 	// MaxInboundBytesPerConnection: a plaintext connection whose unprocessed request bytes
 	// exceed this (which happens only while its decoding is paused, gnet having no read-side
 	// backpressure) is closed. It must be at least MaxFrameSize.
@@ -160,6 +176,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.MaxOutboundBytesPerConnection == 0 {
 		c.MaxOutboundBytesPerConnection = DefaultMaxOutboundBytesPerConnection
+	}
+	if c.MaxUnwrittenReadBytes == 0 {
+		c.MaxUnwrittenReadBytes = max(DefaultMaxUnwrittenReadBytes, c.MaxFrameSize)
 	}
 	if c.MaxInboundBytesPerConnection == 0 {
 		c.MaxInboundBytesPerConnection = max(DefaultMaxInboundBytesPerConnection, c.MaxFrameSize)
@@ -222,6 +241,8 @@ func (c *Config) Validate() error {
 		return bad("MaxReadsInProgressLimit %d < 0", c.MaxReadsInProgressLimit)
 	case c.MaxOutboundBytesPerConnection < 1:
 		return bad("MaxOutboundBytesPerConnection %d < 1", c.MaxOutboundBytesPerConnection)
+	case c.MaxUnwrittenReadBytes < 1:
+		return bad("MaxUnwrittenReadBytes %d < 1", c.MaxUnwrittenReadBytes)
 	case c.MaxInboundBytesPerConnection < c.MaxFrameSize:
 		return bad("MaxInboundBytesPerConnection %d < MaxFrameSize %d", c.MaxInboundBytesPerConnection, c.MaxFrameSize)
 	case c.ResumeInterval <= 0:

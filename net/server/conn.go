@@ -49,6 +49,11 @@ type connState struct {
 	authed    bool
 	authSess  AuthSession
 	paused    bool // decoding stopped because too many response bytes are queued
+	unflushed bool // the transport kept response bytes the socket did not take (gnet)
+	polled    bool // in Server.polled: paused or unflushed
+	// immediateRead: bytes of cached read responses in immediate, not yet counted in
+	// Server.unwrittenReads (counted when the immediate buffer is handed on).
+	immediateRead int
 
 	// Owner of the queue's spare buffers: the goroutine that writes (the event loop, or the TLS
 	// writer goroutine).
@@ -59,14 +64,18 @@ type connState struct {
 	readsInFlight atomic.Int64
 	queuedBytes   atomic.Int64 // mirror of q.bytes, readable without the lock
 	transitBytes  atomic.Int64 // bytes taken from the queue and not yet written to the socket
+	// readTransit: read response bytes counted in Server.unwrittenReads that the writer took
+	// and the socket may not have taken yet (at most transitBytes). Non-zero marks a slow reader.
+	readTransit atomic.Int64
 
 	// mu protects q and serialises wake/close calls with the transport going away.
 	mu sync.Mutex
 	q  struct {
-		small  []byte                       // add responses and small worker responses, appended
-		bufs   []*bytebufferpool.ByteBuffer // large worker responses, one buffer each
-		bytes  int
-		closed bool
+		small     []byte                       // add responses and small worker responses, appended
+		bufs      []*bytebufferpool.ByteBuffer // large worker responses, one buffer each
+		bytes     int
+		readBytes int // of bytes, read responses counted in Server.unwrittenReads
+		closed    bool
 	}
 }
 
@@ -114,6 +123,44 @@ func (cc *connState) queueBuf(b *bytebufferpool.ByteBuffer) {
 		bytebufferpool.Put(b)
 		return
 	}
+	cc.appendLocked(b)
+}
+
+// queueRead queues a read response made by a read worker if it fits: the connection's
+// response bytes not yet on the wire stay within MaxOutboundBytesPerConnection (or the
+// connection has none, so that a response larger than the limit still goes out), and the
+// server's unwritten read bytes within the connection's allowance (readAllowance). Checked
+// here, under the lock, rather than only before the read, so that workers reading for the same
+// connection at once cannot pass the limits together. The queue takes b if it returns true; on
+// false b is left to the caller, to answer ETOOMANYREQUESTS. A forced response (a fencing
+// read's: the fence is already durable, and refusing its answer would only make the recovery
+// try again) is counted without being checked.
+func (cc *connState) queueRead(b *bytebufferpool.ByteBuffer, force bool) bool {
+	s := cc.srv
+	n := int64(len(b.B))
+	cc.mu.Lock()
+	if cc.q.closed {
+		cc.mu.Unlock()
+		bytebufferpool.Put(b)
+		return true
+	}
+	backlog := int64(cc.q.bytes) + cc.transitBytes.Load()
+	overLimit := backlog > 0 && backlog+n > int64(s.cfg.MaxOutboundBytesPerConnection)
+	switch {
+	case force:
+		s.unwrittenReads.Add(n)
+	case overLimit || !s.reserveReadBytes(n, cc.readAllowance()):
+		cc.mu.Unlock()
+		return false
+	}
+	cc.q.readBytes += int(n)
+	cc.appendLocked(b)
+	return true
+}
+
+// appendLocked appends b to the queue (cc.mu held; it unlocks) and wakes the writer if the
+// queue was empty.
+func (cc *connState) appendLocked(b *bytebufferpool.ByteBuffer) {
 	wasEmpty := cc.q.bytes == 0
 	n := len(b.B)
 	if n <= copyResponseMax {
@@ -134,6 +181,27 @@ func (cc *connState) queueBuf(b *bytebufferpool.ByteBuffer) {
 	cc.srv.stats.responsesQueued.Add(1)
 }
 
+// readAllowance is how many unwritten read bytes (Server.unwrittenReads) the server may hold
+// once it has admitted a read response for this connection: MaxUnwrittenReadBytes, or half of
+// it while the connection's transport still holds read bytes its socket has not taken (a slow
+// reader), so that slow readers cannot take it all from clients that keep up.
+func (cc *connState) readAllowance() int64 {
+	limit := int64(cc.srv.cfg.MaxUnwrittenReadBytes)
+	if cc.readTransit.Load() > 0 {
+		return limit / 2
+	}
+	return limit
+}
+
+// readBudgetSpent reports that a read for this connection would be refused for want of room:
+// its outbound backlog is over MaxOutboundBytesPerConnection, or the server's unwritten read
+// bytes have reached the connection's allowance. It is checked before a read is performed.
+func (cc *connState) readBudgetSpent() bool {
+	s := cc.srv
+	return cc.outbound() > int64(s.cfg.MaxOutboundBytesPerConnection) ||
+		s.unwrittenReads.Load() >= cc.readAllowance()
+}
+
 // queueImmediate moves the reader's immediate responses to the queue (the TLS path, whose
 // reader does not write).
 func (cc *connState) queueImmediate() {
@@ -146,6 +214,10 @@ func (cc *connState) queueImmediate() {
 		cc.q.small = append(cc.q.small, cc.immediate...)
 		cc.q.bytes += len(cc.immediate)
 		cc.queuedBytes.Store(int64(cc.q.bytes))
+		if cc.immediateRead > 0 {
+			cc.q.readBytes += cc.immediateRead
+			cc.srv.unwrittenReads.Add(int64(cc.immediateRead))
+		}
 		if wasEmpty {
 			cc.t.wake()
 		}
@@ -155,6 +227,7 @@ func (cc *connState) queueImmediate() {
 }
 
 func (cc *connState) resetImmediate() {
+	cc.immediateRead = 0
 	if cap(cc.immediate) > keepBufferMax {
 		cc.immediate = nil
 		return
@@ -163,12 +236,18 @@ func (cc *connState) resetImmediate() {
 }
 
 // take removes everything queued, for the writer to write; the writer hands the buffers back
-// with recycle once written. transitBytes is set to the bytes taken.
+// with recycle once written. The bytes taken are added to transitBytes, which may still count
+// bytes of an earlier write that gnet holds: they stay on the connection's backlog until the
+// writer learns what the socket took. (transitBytes is raised before queuedBytes is cleared, so
+// outbound, which reads queuedBytes first, may overstate the backlog but never understates it.)
 func (cc *connState) take() (small []byte, bufs []*bytebufferpool.ByteBuffer) {
 	cc.mu.Lock()
 	small, bufs = cc.q.small, cc.q.bufs
-	cc.transitBytes.Store(int64(cc.q.bytes))
-	cc.q.small, cc.q.bufs, cc.q.bytes = cc.spareSmall[:0], cc.spareBufs[:0], 0
+	cc.transitBytes.Add(int64(cc.q.bytes))
+	if cc.q.readBytes != 0 {
+		cc.readTransit.Add(int64(cc.q.readBytes))
+	}
+	cc.q.small, cc.q.bufs, cc.q.bytes, cc.q.readBytes = cc.spareSmall[:0], cc.spareBufs[:0], 0, 0
 	cc.queuedBytes.Store(0)
 	cc.mu.Unlock()
 	cc.spareSmall, cc.spareBufs = nil, nil
@@ -189,14 +268,18 @@ func (cc *connState) recycle(small []byte, bufs []*bytebufferpool.ByteBuffer) {
 }
 
 // markClosed drops the queue; later completions for this connection are discarded. It is
-// called when the transport has closed (gnet OnClose) or is closing (TLS).
+// called on the reader when the transport has closed (gnet OnClose) or is closing (TLS).
 func (cc *connState) markClosed() (wasOpen bool) {
 	cc.mu.Lock()
 	wasOpen = !cc.q.closed
 	cc.q.closed = true
 	bufs := cc.q.bufs
-	cc.q.small, cc.q.bufs, cc.q.bytes = nil, nil, 0
+	// The read bytes it held are no longer the server's to write (a TLS writer still writing
+	// finds readTransit swapped to 0 and gives nothing back twice).
+	cc.srv.unwrittenReads.Add(-int64(cc.q.readBytes) - cc.readTransit.Swap(0))
+	cc.q.small, cc.q.bufs, cc.q.bytes, cc.q.readBytes = nil, nil, 0, 0
 	cc.queuedBytes.Store(0)
+	cc.immediateRead = 0
 	cc.mu.Unlock()
 	for _, b := range bufs {
 		bytebufferpool.Put(b)

@@ -172,7 +172,18 @@ func (cc *connState) handleRead(r *protocol.ReadRequest) {
 		buf, _ := r.AppendResponse(cc.immediate, protocol.EOK, nil)
 		buf, ok := s.storage.ReadCached(r.LedgerID, r.EntryID, buf)
 		if ok && protocol.PatchFrameLength(buf, start) == nil {
+			// A cached response counts against MaxUnwrittenReadBytes as a worker's does
+			// (queueRead); the reader adds its cached responses to the total when it hands the
+			// immediate buffer on, one atomic operation per batch rather than per read.
+			n := int64(len(buf) - start)
+			if held := s.unwrittenReads.Load() + int64(cc.immediateRead); held > 0 && held+n > cc.readAllowance() {
+				s.stats.rejected.Add(1)
+				s.metrics.readRejected()
+				cc.immediate, _ = r.AppendResponse(buf[:start], protocol.ETOOMANYREQUESTS, nil)
+				return
+			}
 			cc.immediate = buf
+			cc.immediateRead += int(n)
 			s.stats.cachedReads.Add(1)
 			return
 		}

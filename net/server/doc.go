@@ -55,8 +55,8 @@
 // when woken. Handshakes are bounded by TLSHandshakeTimeout; client certificates are verified
 // when TLSConfig asks for them (LoadTLSConfig).
 //
-// A resume goroutine wakes paused connections every ResumeInterval (see below); it runs only
-// while some connection is paused.
+// A resume goroutine wakes paused connections, and connections whose socket has not taken all
+// that gnet holds for them, every ResumeInterval (see below); it runs only while there are any.
 //
 // # Limits and backpressure
 //
@@ -65,6 +65,8 @@
 //     one connection's adds and pool reads. BookKeeper applies these per worker thread; an
 //     event-loop server has no add threads, so they apply per connection here.
 //   - MaxAddsInProgressLimit and MaxReadsInProgressLimit bound all connections (0 = unlimited).
+//     A read counts until its response is queued (in BookKeeper, until it is written); the
+//     memory of responses not yet written is bounded by MaxUnwrittenReadBytes (below).
 //   - Over any of them the request is answered ETOOMANYREQUESTS at once. (BookKeeper stops
 //     reading the socket for the global limits; gnet cannot stop reading, so rejecting is the
 //     bounded alternative.) Reads answered from the cache on the loop are not counted.
@@ -72,8 +74,29 @@
 // Outbound: when a connection's response bytes not yet on the wire (our queue plus gnet's
 // outbound buffer plus the immediate buffer) exceed MaxOutboundBytesPerConnection (16 MiB),
 // its reader stops decoding: the connection is paused. Read workers answer ETOOMANYREQUESTS
-// instead of reading for a connection over the limit, so in-flight reads cannot grow it by
-// more than about NumReadWorkerThreads large entries; in-flight adds add 24 bytes each.
+// instead of reading for a connection over the limit, and queue a response they read only if
+// the connection's backlog stays within the limit (or is empty): checked under the queue's
+// lock, so workers reading for one connection at once cannot take it past together (a check
+// before reading only would let each of them add a whole frame). A response made on the reader
+// (a cached read) can pass the limit by one response; in-flight adds add 24 bytes each. The
+// backlog the workers see counts what gnet held after the last write until the loop learns
+// what the socket took, so it may overstate but never understate it.
+//
+// Read response memory: MaxUnwrittenReadBytes (maxUnwrittenReadBytes, 128 MiB) bounds the
+// bytes of read responses, over all connections, that have been read (by a worker, or from
+// the cache on the loop) and not yet taken by a socket: queued, in gnet's outbound buffer, or
+// in a TLS write in progress. A response that does not fit is answered ETOOMANYREQUESTS, as
+// over MaxReadsInProgressLimit (but for a fencing read's, which is read after its fence is
+// durable); nothing waits for room, so a slow reader holds up no event loop or worker. The per-connection limit alone would let memory grow with the number of
+// slow connections. A connection whose transport still holds read bytes its socket did not
+// take (a slow reader) is admitted only within half of the budget, so that slow readers
+// cannot take it all from clients that keep up (a new connection is not known to be slow
+// until its first response stalls). gnet drains its buffer without telling, so a plaintext
+// connection in which gnet holds bytes is woken every ResumeInterval, as a paused one is, to
+// learn what the socket took; the bytes gnet holds count as read bytes up to the read bytes
+// written (an over-estimate when add responses are mixed in). Cached reads are added to the
+// total when the loop writes them (once per batch, not per read), so the batches the loops
+// are decoding, up to about 256 KiB and one response each, can pass it.
 //
 // Inbound: gnet has no read-side backpressure (it always reads the socket into the
 // connection's inbound buffer), so a paused connection keeps accumulating request bytes. When

@@ -229,6 +229,9 @@ func (h *gnetHandler) OnTraffic(c gnet.Conn) gnet.Action {
 		return gnet.Close
 	}
 	s := h.s
+	if g.cc.unflushed && !g.dead {
+		g.settle(0) // the socket may have taken what gnet held: let the reads decoded now see it
+	}
 	closeConn := g.decode()
 	if !closeConn && !g.dead && c.InboundBuffered() > s.cfg.MaxInboundBytesPerConnection {
 		s.closeFor(&g.cc, closeSlowClient, fmt.Errorf("server: %d unprocessed request bytes while %d response bytes wait",
@@ -299,6 +302,7 @@ func (g *gnetConn) decode() (closeConn bool) {
 // what the socket takes and keeps the rest in its outbound buffer.
 func (g *gnetConn) flush() {
 	cc, c := &g.cc, g.c
+	s := cc.srv
 	small, bufs := cc.take()
 	iov := g.iov[:0]
 	if len(small) > 0 {
@@ -322,22 +326,42 @@ func (g *gnetConn) flush() {
 			g.dead = err != nil
 			rest = rest[k:]
 		}
-		cc.srv.stats.flushes.Add(1)
-		cc.srv.metrics.flushed()
+		s.stats.flushes.Add(1)
+		s.metrics.flushed()
 	}
 	clear(iov)
 	g.iov = iov[:0]
 	cc.recycle(small, bufs)
+	// Cached read responses in the immediate buffer count from now on, with the read bytes
+	// taken from the queue (already counted).
+	imm := int64(cc.immediateRead)
 	cc.resetImmediate()
 	if g.dead {
 		cc.transitBytes.Store(0)
+		s.unwrittenReads.Add(-cc.readTransit.Swap(0))
 		return
 	}
-	// What gnet could not write yet. Read workers see this value until the next flush: gnet
-	// drains its buffer without telling us, so it can only overstate the backlog.
-	out := int64(c.OutboundBuffered())
-	cc.transitBytes.Store(out)
-	cc.srv.updateMaxOutbound(out + cc.queuedBytes.Load())
+	g.settle(imm)
+	s.updateMaxOutbound(cc.transitBytes.Load() + cc.queuedBytes.Load())
+}
+
+// settle records what gnet still holds of the connection's written responses, imm being read
+// bytes just written that are not counted yet. Read workers see transitBytes until the next
+// settle: gnet drains its buffer without telling us, so it can only overstate the backlog;
+// while gnet holds anything the connection is polled (setUnflushed) and settles again then.
+func (g *gnetConn) settle(imm int64) {
+	cc := &g.cc
+	out := int64(g.c.OutboundBuffered())
+	if cc.transitBytes.Load() != out {
+		cc.transitBytes.Store(out)
+	}
+	// Of the read bytes written, gnet can hold at most what it holds in all.
+	taken := cc.readTransit.Load() // only this loop changes it while the connection is open
+	if held := min(taken+imm, out); held != taken {
+		cc.readTransit.Store(held)
+		cc.srv.unwrittenReads.Add(held - taken)
+	}
+	cc.srv.setUnflushed(cc, out > 0)
 }
 
 // gnetLogger sends gnet's printf-style log lines to slog (its Fatalf does not exit here).

@@ -65,6 +65,9 @@ func startEnv(t testing.TB, opts ...envOption) *testEnv {
 		defer cancel()
 		if err := srv.Stop(ctx); err != nil {
 			t.Errorf("Stop: %v", err)
+		} else if n := srv.Stats().UnwrittenReadBytes; n != 0 {
+			// Every connection is closed, and gives back the read bytes it held.
+			t.Errorf("UnwrittenReadBytes %d after Stop, want 0", n)
 		}
 		st.Close()
 	})

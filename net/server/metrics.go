@@ -23,6 +23,7 @@ import (
 //	ringkeeper_server_connections                   open connections (gauge)
 //	ringkeeper_server_connections_closed_total{reason}  closes by the server: protocol, slow_client, panic, auth
 //	ringkeeper_server_response_flushes_total        writes of queued responses (one per connection per flush)
+//	ringkeeper_server_unwritten_read_bytes          read response bytes not yet taken by a socket (gauge)
 type Metrics struct {
 	addOK, addFail   prometheus.Observer
 	readOK, readFail prometheus.Observer
@@ -72,6 +73,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			func(s *Server) int64 { return s.readsInFlight.Load() }),
 		gauge("ringkeeper_server_connections", "Open connections.",
 			func(s *Server) int64 { return s.stats.connections.Load() }),
+		gauge("ringkeeper_server_unwritten_read_bytes", "Read response bytes not yet taken by a socket, over all connections.",
+			func(s *Server) int64 { return s.unwrittenReads.Load() }),
 	}
 	if reg != nil {
 		for _, c := range collectors {

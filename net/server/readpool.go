@@ -74,7 +74,10 @@ func (s *Server) stopReadPool(ctx context.Context) error {
 }
 
 // runRead serves one task on a worker goroutine: fence first if asked, then read, then queue
-// the response on the connection.
+// the response on the connection. A read for a connection over its outbound limit, or when the
+// server's unwritten read bytes are spent, is answered ETOOMANYREQUESTS: before reading (and
+// fencing) when that is already so, and after reading when the response does not fit
+// (queueRead; a fencing read's response is not refused then).
 func (s *Server) runRead(t *readTask) {
 	cc := t.cc
 	defer func() {
@@ -89,16 +92,12 @@ func (s *Server) runRead(t *readTask) {
 		return
 	}
 	b := bytebufferpool.Get()
-	if cc.outbound() > int64(s.cfg.MaxOutboundBytesPerConnection) {
-		// The client is not reading its responses: do not read more for it.
-		s.stats.rejected.Add(1)
-		s.metrics.readRejected()
-		b.B = t.appendError(b.B[:0], protocol.ETOOMANYREQUESTS)
-		cc.queueBuf(b)
-		return
-	}
 	rc := protocol.EOK
-	if t.fencing {
+	refused := cc.readBudgetSpent() // the client is not reading its responses, or nobody is
+	if refused {
+		rc = protocol.ETOOMANYREQUESTS
+	}
+	if rc == protocol.EOK && t.fencing {
 		rc = s.fence(t)
 	}
 	if rc == protocol.EOK {
@@ -108,11 +107,21 @@ func (s *Server) runRead(t *readTask) {
 			b.B, rc = s.readOne(t, b.B[:0])
 		}
 	}
-	if rc != protocol.EOK {
-		b.B = t.appendError(b.B[:0], rc)
+	if rc == protocol.EOK {
+		if cc.queueRead(b, t.fencing) {
+			s.metrics.observeRead(t.start, true)
+			return
+		}
+		refused, rc = true, protocol.ETOOMANYREQUESTS
 	}
+	b.B = t.appendError(b.B[:0], rc)
 	cc.queueBuf(b)
-	s.metrics.observeRead(t.start, rc == protocol.EOK)
+	if refused {
+		s.stats.rejected.Add(1)
+		s.metrics.readRejected()
+		return
+	}
+	s.metrics.observeRead(t.start, false)
 }
 
 // fence fences the ledger and waits until the fence is durable (a worker goroutine may wait;

@@ -37,6 +37,11 @@ type Server struct {
 	draining      atomic.Bool
 	stats         serverStats
 
+	// unwrittenReads: bytes of read responses made and not yet taken by a socket, over all
+	// connections (queued, or held by gnet's outbound buffer or a TLS write in progress); at
+	// most about MaxUnwrittenReadBytes (reserveReadBytes).
+	unwrittenReads atomic.Int64
+
 	addOps    sync.Pool // *addOp
 	readTasks sync.Pool // *readTask
 	pool      workerPool[*readTask]
@@ -45,7 +50,7 @@ type Server struct {
 	gnetStopping atomic.Bool
 	listenerFD   int // a dup of gnet's listening socket (-1: none)
 
-	resumeKick chan struct{} // capacity 1: a connection was paused
+	resumeKick chan struct{} // capacity 1: a connection was paused or left bytes unflushed
 	resumeQuit chan struct{}
 	resumeDone chan struct{}
 
@@ -53,7 +58,7 @@ type Server struct {
 	mu       sync.Mutex
 	state    int
 	conns    map[*connState]struct{}
-	paused   map[*connState]struct{}
+	polled   map[*connState]struct{} // woken every ResumeInterval: paused or unflushed
 	addr     net.Addr
 	tlsAddr  net.Addr
 	engine   gnet.Engine
@@ -97,6 +102,9 @@ type Stats struct {
 	PausedNow        int64 // connections whose decoding is paused now
 	Pauses           int64 // times a connection's decoding was paused
 	MaxOutbound      int64 // largest outbound backlog seen on one plaintext connection, bytes
+	// UnwrittenReadBytes is the read response bytes made and not yet taken by a socket, over
+	// all connections (bounded by MaxUnwrittenReadBytes).
+	UnwrittenReadBytes int64
 }
 
 // New validates cfg (after filling defaults) and returns a server that is not yet listening.
@@ -118,7 +126,7 @@ func New(cfg Config, storage Storage) (*Server, error) {
 		resumeQuit: make(chan struct{}),
 		resumeDone: make(chan struct{}),
 		conns:      make(map[*connState]struct{}),
-		paused:     make(map[*connState]struct{}),
+		polled:     make(map[*connState]struct{}),
 		listenerFD: -1,
 		tlsConns:   make(map[*stdConn]struct{}),
 	}
@@ -208,6 +216,8 @@ func (s *Server) Stats() Stats {
 		PausedNow:        s.stats.pausedNow.Load(),
 		Pauses:           s.stats.pauses.Load(),
 		MaxOutbound:      s.stats.maxOutbound.Load(),
+
+		UnwrittenReadBytes: s.unwrittenReads.Load(),
 	}
 }
 
@@ -331,11 +341,12 @@ func (s *Server) register(cc *connState) {
 func (s *Server) unregister(cc *connState) {
 	s.mu.Lock()
 	delete(s.conns, cc)
-	if _, ok := s.paused[cc]; ok {
-		delete(s.paused, cc)
+	delete(s.polled, cc)
+	s.mu.Unlock()
+	if cc.paused {
+		cc.paused = false
 		s.stats.pausedNow.Add(-1)
 	}
-	s.mu.Unlock()
 	s.stats.connections.Add(-1)
 }
 
@@ -347,26 +358,52 @@ func (s *Server) setPaused(cc *connState, paused bool) {
 		return
 	}
 	cc.paused = paused
-	s.mu.Lock()
-	if paused {
-		s.paused[cc] = struct{}{}
-	} else {
-		delete(s.paused, cc)
-	}
-	s.mu.Unlock()
 	if paused {
 		s.stats.pausedNow.Add(1)
 		s.stats.pauses.Add(1)
+	} else {
+		s.stats.pausedNow.Add(-1)
+	}
+	s.updatePolled(cc)
+}
+
+// setUnflushed records (on the reader) whether gnet kept response bytes that the socket did not
+// take. Such a connection is woken every ResumeInterval until they are gone, so that its
+// writer learns what the socket took: gnet drains its buffer without telling, and the read
+// bytes it holds count against MaxUnwrittenReadBytes until the writer sees them go.
+func (s *Server) setUnflushed(cc *connState, unflushed bool) {
+	if cc.unflushed == unflushed {
+		return
+	}
+	cc.unflushed = unflushed
+	s.updatePolled(cc)
+}
+
+// updatePolled puts the connection in the set resumeLoop wakes, or takes it out, as its reader
+// state asks.
+func (s *Server) updatePolled(cc *connState) {
+	want := cc.paused || cc.unflushed
+	if cc.polled == want {
+		return
+	}
+	cc.polled = want
+	s.mu.Lock()
+	if want {
+		s.polled[cc] = struct{}{}
+	} else {
+		delete(s.polled, cc)
+	}
+	s.mu.Unlock()
+	if want {
 		select {
 		case s.resumeKick <- struct{}{}:
 		default:
 		}
-	} else {
-		s.stats.pausedNow.Add(-1)
 	}
 }
 
-// resumeLoop wakes paused connections every ResumeInterval while there are any.
+// resumeLoop wakes polled connections (paused, or with bytes gnet has not sent) every
+// ResumeInterval while there are any.
 func (s *Server) resumeLoop() {
 	defer close(s.resumeDone)
 	var batch []*connState
@@ -384,7 +421,7 @@ func (s *Server) resumeLoop() {
 			}
 			s.mu.Lock()
 			batch = batch[:0]
-			for cc := range s.paused {
+			for cc := range s.polled {
 				batch = append(batch, cc)
 			}
 			s.mu.Unlock()
@@ -395,6 +432,20 @@ func (s *Server) resumeLoop() {
 				cc.wakeIfOpen()
 			}
 			clear(batch)
+		}
+	}
+}
+
+// reserveReadBytes counts n more unwritten read bytes if the total stays within allowance, or
+// if nothing is held (a response larger than the allowance must still be able to go out).
+func (s *Server) reserveReadBytes(n, allowance int64) bool {
+	for {
+		cur := s.unwrittenReads.Load()
+		if cur > 0 && cur+n > allowance {
+			return false
+		}
+		if s.unwrittenReads.CompareAndSwap(cur, cur+n) {
+			return true
 		}
 	}
 }

@@ -227,6 +227,14 @@ func (t *stdConn) waitDrained() bool {
 	return true
 }
 
+// writtenReads gives back the read bytes of a write that has returned (the socket took them,
+// or the connection is failing): the TLS writer's counterpart of gnet's flush accounting.
+func (cc *connState) writtenReads() {
+	if n := cc.readTransit.Swap(0); n != 0 {
+		cc.srv.unwrittenReads.Add(-n)
+	}
+}
+
 // handleFrame is connState.handleFrame with a panic turned into closing the connection.
 func (t *stdConn) handleFrame(frame []byte) (closeConn bool) {
 	defer func() {
@@ -253,6 +261,7 @@ func (t *stdConn) writeLoop() {
 			if len(small) == 0 && len(bufs) == 0 {
 				t.cc.recycle(small, bufs)
 				t.cc.transitBytes.Store(0)
+				t.cc.writtenReads()
 				break
 			}
 			iov = iov[:0]
@@ -267,6 +276,7 @@ func (t *stdConn) writeLoop() {
 			clear(iov)
 			t.cc.recycle(small, bufs)
 			t.cc.transitBytes.Store(0)
+			t.cc.writtenReads()
 			s.stats.flushes.Add(1)
 			s.metrics.flushed()
 			select {
