@@ -87,29 +87,36 @@ func appendBatchError(dst []byte, r *protocol.BatchReadRequest, rc protocol.Retu
 	return out
 }
 
+// handleAdd hands an add to storage, or answers it at once. Adds answered on the reader are
+// observed as failed add requests, as BookKeeper records them; the clock is read once per add
+// either way.
 func (cc *connState) handleAdd(r *protocol.AddRequest) {
 	s := cc.srv
+	start := monotime.Now()
 	if r.LedgerID < 0 || r.EntryID < 0 {
 		cc.immediate = r.AppendResponse(cc.immediate, protocol.EBADREQ)
+		s.metrics.observeAdd(start, false)
 		return
 	}
 	// As BookKeeper: a read-only bookie takes only high-priority adds (recovery sends its adds
 	// with FlagRecoveryAdd|FlagHighPriority); a recovery add without the flag is refused too.
 	if !r.IsHighPriority() && s.storage.ReadOnly() {
 		cc.immediate = r.AppendResponse(cc.immediate, protocol.EREADONLY)
+		s.metrics.observeAdd(start, false)
 		return
 	}
 	if !cc.acquireAdd() {
 		s.stats.rejected.Add(1)
 		s.metrics.addRejected()
 		cc.immediate = r.AppendResponse(cc.immediate, protocol.ETOOMANYREQUESTS)
+		s.metrics.observeAdd(start, false)
 		return
 	}
 	op, _ := s.addOps.Get().(*addOp)
 	if op == nil {
 		op = new(addOp)
 	}
-	*op = addOp{cc: cc, version: r.Header.Version, ledgerID: r.LedgerID, entryID: r.EntryID, start: monotime.Now()}
+	*op = addOp{cc: cc, version: r.Header.Version, ledgerID: r.LedgerID, entryID: r.EntryID, start: start}
 	returned := false
 	defer func() {
 		if !returned { // Storage.Add panicked: give the reservation back; the reader recovers
@@ -155,56 +162,67 @@ func (s *Server) completeAdd(ctx any, err error) {
 	s.metrics.observeAdd(start, rc == protocol.EOK)
 }
 
+// handleRead answers a read from the cache on the reader when it can, else queues it for the
+// read workers. Every read is observed in the read latency, those answered here included.
 func (cc *connState) handleRead(r *protocol.ReadRequest) {
 	s := cc.srv
+	start := monotime.Now()
 	if r.EntryID < protocol.LastAddConfirmedEntryID || r.LedgerID < 0 {
 		cc.immediate, _ = r.AppendResponse(cc.immediate, protocol.EBADREQ, nil)
+		s.metrics.observeRead(start, false)
 		return
 	}
 	if r.IsFencing() && !r.HasMasterKey {
 		// BookKeeper: "Password not provided, Not safe to fence". Fencing under no key would
 		// also create the ledger here with an empty one, locking its writer out.
 		cc.immediate, _ = r.AppendResponse(cc.immediate, protocol.EUA, nil)
+		s.metrics.observeRead(start, false)
 		return
 	}
 	if !r.IsFencing() && r.EntryID >= 0 {
-		start := len(cc.immediate)
+		at := len(cc.immediate)
 		buf, _ := r.AppendResponse(cc.immediate, protocol.EOK, nil)
 		buf, ok := s.storage.ReadCached(r.LedgerID, r.EntryID, buf)
-		if ok && protocol.PatchFrameLength(buf, start) == nil {
+		if ok && protocol.PatchFrameLength(buf, at) == nil {
 			// A cached response counts against MaxUnwrittenReadBytes as a worker's does
 			// (queueRead); the reader adds its cached responses to the total when it hands the
 			// immediate buffer on, one atomic operation per batch rather than per read.
-			n := int64(len(buf) - start)
+			n := int64(len(buf) - at)
 			if held := s.unwrittenReads.Load() + int64(cc.immediateRead); held > 0 && held+n > cc.readAllowance() {
 				s.stats.rejected.Add(1)
 				s.metrics.readRejected()
-				cc.immediate, _ = r.AppendResponse(buf[:start], protocol.ETOOMANYREQUESTS, nil)
+				cc.immediate, _ = r.AppendResponse(buf[:at], protocol.ETOOMANYREQUESTS, nil)
+				s.metrics.observeRead(start, false)
 				return
 			}
 			cc.immediate = buf
 			cc.immediateRead += int(n)
 			s.stats.cachedReads.Add(1)
+			s.metrics.observeRead(start, true)
 			return
 		}
-		cc.immediate = buf[:start]
+		cc.immediate = buf[:at]
 	}
-	t := s.newReadTask(cc, r.Header)
+	t := s.newReadTask(cc, r.Header, start)
 	t.ledgerID, t.entryID = r.LedgerID, r.EntryID
 	t.fencing, t.key = r.IsFencing(), r.MasterKey
 	cc.submitRead(t)
 }
 
 func (cc *connState) handleBatchRead(r *protocol.BatchReadRequest) {
+	s := cc.srv
+	start := monotime.Now()
 	if r.StartEntryID < protocol.LastAddConfirmedEntryID || r.LedgerID < 0 {
 		cc.immediate = appendBatchError(cc.immediate, r, protocol.EBADREQ)
+		s.metrics.observeRead(start, false)
 		return
 	}
 	if r.IsFencing() && !r.HasMasterKey {
 		cc.immediate = appendBatchError(cc.immediate, r, protocol.EUA)
+		s.metrics.observeRead(start, false)
 		return
 	}
-	t := cc.srv.newReadTask(cc, r.Header)
+	t := s.newReadTask(cc, r.Header, start)
 	t.ledgerID, t.entryID = r.LedgerID, r.StartEntryID
 	t.fencing, t.key = r.IsFencing(), r.MasterKey
 	t.requestID, t.maxCount, t.maxSize = r.RequestID, r.MaxCount, r.MaxSize
@@ -224,6 +242,7 @@ func (cc *connState) submitRead(t *readTask) {
 	s.stats.rejected.Add(1)
 	s.metrics.readRejected()
 	cc.immediate = t.appendError(cc.immediate, protocol.ETOOMANYREQUESTS)
+	s.metrics.observeRead(t.start, false)
 	s.putReadTask(t)
 }
 

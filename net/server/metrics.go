@@ -24,6 +24,12 @@ import (
 //	ringkeeper_server_connections_closed_total{reason}  closes by the server: protocol, slow_client, panic, auth
 //	ringkeeper_server_response_flushes_total        writes of queued responses (one per connection per flush)
 //	ringkeeper_server_unwritten_read_bytes          read response bytes not yet taken by a socket (gauge)
+//
+// As in BookKeeper, the request histograms observe every add and read the server answers,
+// those answered at once on the reader included: cached reads as successes, and requests
+// refused there or by a read worker (EBADREQ, EREADONLY, EUA for a fencing read without a
+// key, ETOOMANYREQUESTS) as failures. Requests refused for want of authentication (EUA before
+// AUTH) are not observed, as BookKeeper's AuthHandler answers them before its processors.
 type Metrics struct {
 	addOK, addFail   prometheus.Observer
 	readOK, readFail prometheus.Observer

@@ -8,7 +8,6 @@ import (
 
 	"github.com/valyala/bytebufferpool"
 
-	"github.com/ringkeeper/ringkeeper/internal/monotime"
 	"github.com/ringkeeper/ringkeeper/net/protocol"
 )
 
@@ -32,12 +31,12 @@ type readTask struct {
 	maxSize   int64
 }
 
-func (s *Server) newReadTask(cc *connState, h protocol.Header) *readTask {
+func (s *Server) newReadTask(cc *connState, h protocol.Header, start int64) *readTask {
 	t, _ := s.readTasks.Get().(*readTask)
 	if t == nil {
 		t = new(readTask)
 	}
-	*t = readTask{cc: cc, header: h, start: monotime.Now()}
+	*t = readTask{cc: cc, header: h, start: start}
 	return t
 }
 
@@ -114,13 +113,12 @@ func (s *Server) runRead(t *readTask) {
 		}
 		refused, rc = true, protocol.ETOOMANYREQUESTS
 	}
-	b.B = t.appendError(b.B[:0], rc)
-	cc.queueBuf(b)
 	if refused {
 		s.stats.rejected.Add(1)
 		s.metrics.readRejected()
-		return
 	}
+	b.B = t.appendError(b.B[:0], rc)
+	cc.queueBuf(b)
 	s.metrics.observeRead(t.start, false)
 }
 
