@@ -350,6 +350,10 @@ var Keys = map[string]setter{
 		}
 		c.Server.MaxFrameSize = n
 		c.Engine.Journal.MaxRecordSize = n
+		// The limits that default from the frame size follow a larger one up (each must hold a
+		// whole frame; a frame over 16 MiB failed the server's validation).
+		c.Server.MaxInboundBytesPerConnection = max(c.Server.MaxInboundBytesPerConnection, n)
+		c.Server.MaxUnwrittenReadBytes = max(c.Server.MaxUnwrittenReadBytes, n)
 		return nil
 	},
 	"dbStorage_writeCacheMaxSizeMb":     int64Key(func(c *Config) *int64 { return &c.Engine.WriteCacheMaxSize }, 1<<20),

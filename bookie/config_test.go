@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -264,5 +265,22 @@ func TestMaxUnwrittenReadBytesKey(t *testing.T) {
 	}
 	if c.Server.MaxUnwrittenReadBytes != 1<<20 {
 		t.Fatalf("maxUnwrittenReadBytes=1048576: MaxUnwrittenReadBytes %d", c.Server.MaxUnwrittenReadBytes)
+	}
+}
+
+// nettyMaxFrameSizeBytes above the server's per-connection inbound limit (16 MiB) raises the
+// limits that must hold a whole frame: the bookie refused to start with it.
+func TestLargeFrameSizeRaisesTheLimitsThatHoldAFrame(t *testing.T) {
+	cfg := testConfig(t, "etcd://127.0.0.1:1/ledgers", t.TempDir())
+	if _, err := cfg.Apply(map[string]string{"nettyMaxFrameSizeBytes": strconv.Itoa(32 << 20), "dbStorage_writeCacheMaxSizeMb": "128", "journalMaxSizeMB": "256"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("nettyMaxFrameSizeBytes=32 MiB: %v", err)
+	}
+	srv := cfg.Server
+	srv.EnsureDefaults()
+	if err := srv.Validate(); err != nil {
+		t.Fatalf("the server's config with a 32 MiB frame: %v", err)
 	}
 }
