@@ -199,7 +199,7 @@ func (d *ledgerDir) commitDeletes() error {
 		d.e.fail(err)
 		return err
 	}
-	d.e.ledgers.deleted(deletes)
+	d.e.ledgers.deleted(deletes, d.e.snapshots.Load())
 	d.indexSeq.Add(1)
 	return nil
 }

@@ -167,28 +167,57 @@ func (d *ledgerDir) getCached(ledger, entry int64, dst []byte) ([]byte, bool) {
 	return d.reads.get(ledger, entry, dst)
 }
 
+// entryLocation is one entry's location in the index.
+type entryLocation struct {
+	entry int64
+	loc   uint64
+}
+
 // readAheadBytes bounds one read-ahead.
 const readAheadBytes = 1 << 20
 
 // readFromLog reads the entry and the ones after it in the same ledger (they lie together: a
-// flush writes each ledger's entries in order) into the read cache.
+// flush writes each ledger's entries in order) into the read cache. Only records the index
+// points at are cached: after a crash between a flush's entry-log sync and its index commit, the
+// log holds records of entries that were never acknowledged and that reads must not find.
 func (d *ledgerDir) readFromLog(ledger, entry int64, loc uint64, dst []byte) ([]byte, error) {
 	found := false
 	count := 0
 	batch := d.e.cfg.ReadAheadBatchSize
-	err := d.log.ReadAhead(loc, readAheadBytes, func(l, en int64, data []byte, _ uint64) bool {
+	var indexed []entryLocation // the index's next locations of the ledger, in entry order
+	if batch > 0 {
+		indexed = make([]entryLocation, 0, batch)
+		if err := d.idx.Entries(ledger, entry+1, func(en int64, l uint64) bool {
+			indexed = append(indexed, entryLocation{en, l})
+			return len(indexed) < batch
+		}); err != nil {
+			return dst, fmt.Errorf("%w: index of %s: %w", ErrIO, d.path, err)
+		}
+	}
+	err := d.log.ReadAhead(loc, readAheadBytes, func(l, en int64, data []byte, at uint64) bool {
 		if count == 0 {
 			if l != ledger || en != entry {
 				return false
 			}
 			dst = append(dst, data...)
 			found = true
-		} else if l != ledger {
+			if batch > 0 {
+				d.reads.put(l, en, data)
+			}
+			count++
+			return true
+		}
+		if l != ledger {
 			return false
 		}
-		if batch > 0 {
-			d.reads.put(l, en, data)
+		// A ledger's records in one run of a log are in entry order, as indexed is.
+		for len(indexed) > 0 && indexed[0].entry < en {
+			indexed = indexed[1:]
 		}
+		if len(indexed) == 0 || indexed[0].entry != en || indexed[0].loc != at {
+			return false // not the copy the index points at: stop reading ahead
+		}
+		d.reads.put(l, en, data)
 		count++
 		return count <= batch
 	})
@@ -305,7 +334,7 @@ func (d *ledgerDir) flush() (err error) {
 	if err := d.batch.Commit(true); err != nil {
 		return d.flushFailed(h, fmt.Errorf("%w: index of %s: %w", ErrIO, d.path, err))
 	}
-	d.e.ledgers.deleted(deletes)
+	d.e.ledgers.deleted(deletes, d.e.snapshots.Load())
 	d.indexSeq.Add(1)
 	if err := d.e.hook(stepIndexSynced); err != nil {
 		return err

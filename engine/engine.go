@@ -33,6 +33,8 @@ type Engine struct {
 	ledgers    *ledgerTable
 	// unlocks release the directory locks taken at Open (lockDirs).
 	unlocks []func() error
+	// snapshots counts the checkpoints' snapshots of the journal marks (see ledgerTable.deleting).
+	snapshots atomic.Uint64
 
 	readOnly atomic.Bool
 	// diskFull refuses every add: below the space needed even for recovery adds.
@@ -786,6 +788,7 @@ func (e *Engine) Checkpoint() error {
 	}
 	start := time.Now()
 	marks := e.journals.Marks() // 1
+	snapshot := e.snapshots.Add(1)
 	if err := e.hook(stepMarksSnapshot); err != nil {
 		return err
 	}
@@ -808,6 +811,7 @@ func (e *Engine) Checkpoint() error {
 		}
 		persisted[i] = p
 	}
+	e.ledgers.freeDeleted(snapshot)
 	if err := e.hook(stepMarksPersisted); err != nil {
 		return err
 	}

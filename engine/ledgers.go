@@ -49,10 +49,12 @@ type ledgerTable struct {
 		// mu guards m and deleting.
 		mu sync.RWMutex
 		m  map[int64]*ledgerInfo
-		// deleting holds deleted ledgers whose deletion the index has not committed yet: the
-		// commit drops every location of the id, so a new ledger under that id would lose its
-		// entries if it were created before then.
-		deleting map[int64]struct{}
+		// deleting holds deleted ledgers whose ids are not free yet, with 0 until the index has
+		// committed the deletion (the commit drops every location of the id: a new ledger made
+		// before it would lose its entries), then 1 + the number of mark snapshots taken before
+		// the commit: until a snapshot taken after it is persisted, a crash replays the deleted
+		// ledger's journal records, which would merge into a new ledger under the same id.
+		deleting map[int64]uint64
 		_        [24]byte
 	}
 }
@@ -89,7 +91,7 @@ func (t *ledgerTable) getOrCreate(id int64, key []byte) (l *ledgerInfo, created 
 		return l, false, nil
 	}
 	if _, ok := s.deleting[id]; ok {
-		return nil, false, fmt.Errorf("%w: ledger %d was deleted; its id is free again once the deletion is committed (next checkpoint)",
+		return nil, false, fmt.Errorf("%w: ledger %d was deleted; its id is free again once a checkpoint covers the deletion",
 			ErrTooManyRequests, id)
 	}
 	l = &ledgerInfo{id: id, masterKey: append([]byte(nil), key...), keyReady: make(chan struct{})}
@@ -118,18 +120,36 @@ func (t *ledgerTable) removeForDelete(id int64) bool {
 	}
 	delete(s.m, id)
 	if s.deleting == nil {
-		s.deleting = make(map[int64]struct{})
+		s.deleting = make(map[int64]uint64)
 	}
-	s.deleting[id] = struct{}{}
+	s.deleting[id] = 0
 	return true
 }
 
-// deleted frees the ids of ledgers whose deletion the index has committed.
-func (t *ledgerTable) deleted(ids []int64) {
+// deleted records that the index has committed the deletion of ids, when snapshots mark
+// snapshots had been taken.
+func (t *ledgerTable) deleted(ids []int64, snapshots uint64) {
 	for _, id := range ids {
 		s := &t.shards[t.shard(id)]
 		s.mu.Lock()
-		delete(s.deleting, id)
+		if _, ok := s.deleting[id]; ok {
+			s.deleting[id] = 1 + snapshots
+		}
+		s.mu.Unlock()
+	}
+}
+
+// freeDeleted frees the ids whose committed deletion precedes mark snapshot number snapshot,
+// now persisted.
+func (t *ledgerTable) freeDeleted(snapshot uint64) {
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for id, at := range s.deleting {
+			if at != 0 && at-1 < snapshot {
+				delete(s.deleting, id)
+			}
+		}
 		s.mu.Unlock()
 	}
 }

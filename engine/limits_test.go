@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"sync"
@@ -124,9 +125,10 @@ func TestOversizedLedgerStateIsRefusedUpFront(t *testing.T) {
 }
 
 // A deleted ledger's id is refused for new writes until the index has committed the deletion
-// (which drops every location of the id): a ledger created again before that lost its
-// acknowledged entries to the older deletion applied after them in the same batch. Once the
-// deletion is committed the id can be used again, and its new entries survive.
+// (which drops every location of the id) and a checkpoint taken after that has persisted its
+// marks: a ledger created again before the commit lost its acknowledged entries to the older
+// deletion applied after them in the same batch. Then the id can be used again, and its new
+// entries survive.
 func TestLedgerIDReusedOnlyAfterItsDeletionIsCommitted(t *testing.T) {
 	fs := diskio.NewMem(4096)
 	cfg := testConfig(t, fs, 1)
@@ -147,11 +149,17 @@ func TestLedgerIDReusedOnlyAfterItsDeletionIsCommitted(t *testing.T) {
 	if e.Exists(l) {
 		t.Fatal("a refused add created the ledger")
 	}
+	if err := e.Checkpoint(); err != nil { // commits the deletion, after its marks snapshot
+		t.Fatal(err)
+	}
+	if err := addSync(e, testKey, storedEntry(l, 1), false); !errors.Is(err, ErrTooManyRequests) {
+		t.Fatalf("add before a checkpoint covers the committed deletion: %v, want ErrTooManyRequests", err)
+	}
 	if err := e.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
 	if err := addSync(e, testKey, storedEntry(l, 1), false); err != nil {
-		t.Fatalf("add after the deletion was committed: %v", err)
+		t.Fatalf("add after a checkpoint covered the deletion: %v", err)
 	}
 	if err := e.Checkpoint(); err != nil {
 		t.Fatal(err)
@@ -234,5 +242,38 @@ func TestOversizedAddChangesNothing(t *testing.T) {
 	}
 	if err := addSync(e, testKey, storedEntry(1, 2), false); err != nil {
 		t.Errorf("add after a refused oversized add: %v", err)
+	}
+}
+
+// A sequential read from an entry log reads ahead the ledger's next entries into the read cache, those the
+// index points at (TestReadAheadServesUnindexedRecords: and no others).
+func TestReadAheadCachesTheIndexedNextEntries(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := testConfig(t, fs, 1)
+	cfg.ReadAheadBatchSize = 100
+	e := openTest(t, cfg)
+	const l = int64(4)
+	for en := range int64(10) {
+		if err := addSync(e, testKey, storedEntry(l, en), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Close(); err != nil { // the last checkpoint flushes them
+		t.Fatal(err)
+	}
+	e = openTest(t, cfg)
+	defer e.Close()
+	if _, ok := e.ReadCached(l, 5, nil); ok {
+		t.Fatal("entry 5 cached before any read")
+	}
+	for en := range int64(2) { // a sequential read reads ahead
+		if _, err := e.Read(l, en, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for en := int64(2); en < 10; en++ {
+		if got, ok := e.ReadCached(l, en, nil); !ok || !bytes.Equal(got, storedEntry(l, en)) {
+			t.Fatalf("entry %d not read ahead into the read cache", en)
+		}
 	}
 }

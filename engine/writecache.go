@@ -43,7 +43,8 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // ledgerSlots indexes one ledger's entries in a half. A ledger's entries mostly arrive in
 // order, so they go into a dense slice indexed by entry-first: appends touch consecutive memory,
 // lookups are one index, and a flush reads them already sorted. Entries far out of order go to
-// a small map.
+// a small map. No entry is in both: when the dense slice grows over an id the map holds, the
+// entry moves into the slice (a lookup looks only in the slice for ids it covers).
 type ledgerSlots struct {
 	// mu guards the fields below.
 	mu     sync.Mutex
@@ -67,10 +68,11 @@ func (ls *ledgerSlots) set(entry int64, s cacheSlot) (old cacheSlot, replaced bo
 		return old, old.length >= 0
 	case i >= int64(len(ls.dense)) && i-int64(len(ls.dense)) <= maxDenseGap:
 		for int64(len(ls.dense)) < i {
-			ls.dense = append(ls.dense, cacheSlot{length: -1})
+			ls.dense = append(ls.dense, ls.takeSparse(ls.first+int64(len(ls.dense)), cacheSlot{length: -1}))
 		}
+		old = ls.takeSparse(entry, cacheSlot{length: -1})
 		ls.dense = append(ls.dense, s)
-		return old, false
+		return old, old.length >= 0
 	}
 	if ls.sparse == nil {
 		ls.sparse = make(map[int64]cacheSlot)
@@ -78,6 +80,20 @@ func (ls *ledgerSlots) set(entry int64, s cacheSlot) (old cacheSlot, replaced bo
 	old, replaced = ls.sparse[entry]
 	ls.sparse[entry] = s
 	return old, replaced
+}
+
+// takeSparse removes entry from the sparse map and returns its slot, or absent if it is not
+// there.
+func (ls *ledgerSlots) takeSparse(entry int64, absent cacheSlot) cacheSlot {
+	if len(ls.sparse) == 0 {
+		return absent
+	}
+	s, ok := ls.sparse[entry]
+	if !ok {
+		return absent
+	}
+	delete(ls.sparse, entry)
+	return s
 }
 
 func (ls *ledgerSlots) get(entry int64) (cacheSlot, bool) {

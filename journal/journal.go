@@ -41,8 +41,9 @@ type Entry struct {
 }
 
 // SetPayloadCRC gives Append the CRC32C (Castagnoli) of Payload, for a caller that computed
-// it already; Append then does not compute it. It holds for the next Append only. A wrong crc
-// makes the record fail its check at replay.
+// it already; Append then does not compute it. A wrong crc makes the record fail its check at
+// replay. It holds for the next Append or AppendBatch of e only, whatever its outcome: an Entry
+// reused after a refused Append (a pooled one) must not carry the CRC to another payload.
 func (e *Entry) SetPayloadCRC(crc uint32) { e.payloadCRC, e.crcSet = crc, true }
 
 // sealPayload makes sure payloadCRC is Payload's CRC32C.
@@ -199,9 +200,11 @@ func (j *Journal) Dir() string { return j.cfg.Dir }
 // called; if it returns an error, e.Done is not called.
 func (j *Journal) Append(e *Entry) error {
 	if len(e.Payload) > j.cfg.MaxRecordSize {
+		e.crcSet = false
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrRecordTooLarge, len(e.Payload), j.cfg.MaxRecordSize)
 	}
 	if err := j.Err(); err != nil {
+		e.crcSet = false
 		return err
 	}
 	e.sealPayload()
@@ -210,8 +213,11 @@ func (j *Journal) Append(e *Entry) error {
 
 // AppendBatch queues several entries at once, in order. It is all or nothing.
 func (j *Journal) AppendBatch(es []*Entry) error {
-	for _, e := range es {
+	for i, e := range es {
 		if len(e.Payload) > j.cfg.MaxRecordSize {
+			for _, e := range es[i:] {
+				e.crcSet = false
+			}
 			return fmt.Errorf("%w: %d bytes, limit %d", ErrRecordTooLarge, len(e.Payload), j.cfg.MaxRecordSize)
 		}
 		e.sealPayload()

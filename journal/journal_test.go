@@ -915,3 +915,45 @@ func TestJournalWithoutFallocate(t *testing.T) {
 		})
 	}
 }
+
+// A CRC given with SetPayloadCRC holds for the next Append only, even one that is refused: an
+// Entry reused after a refusal (the engine pools them) must not carry it to another payload.
+// It did, and the next record was journaled and acknowledged with the stale CRC, then taken
+// for a torn tail at replay, with every acknowledged record after it.
+func TestRefusedAppendDropsTheGivenCRC(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := memConfig(fs)
+	j, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Entry{Type: RecordData, LedgerID: 1, EntryID: 0, Payload: make([]byte, cfg.MaxRecordSize+1)}
+	e.SetPayloadCRC(0xdeadbeef)
+	if err := j.Append(e); !errors.Is(err, ErrRecordTooLarge) {
+		t.Fatalf("oversized append: %v", err)
+	}
+	done := make(chan error, 1)
+	e.Payload, e.Done = []byte("the next payload"), func(_ *Entry, err error) { done <- err }
+	if err := j.Append(e); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := appendSync(t, j, RecordData, 1, 1, []byte("after it")); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	got := 0
+	if _, err := Replay(context.Background(), ReplayOptions{FS: fs, Dir: cfg.Dir}, func(r *Record) error {
+		if r.Type == RecordData {
+			got++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got != 2 {
+		t.Fatalf("replayed %d acknowledged records, want 2", got)
+	}
+}
