@@ -44,7 +44,10 @@ func TestTailEndToEndCountsFromTheDueTime(t *testing.T) {
 	appendP50 := res.Extra["append_p50_us"]
 	t.Logf("end-to-end p50 %.0f us, p99 %.0f us; append p50 %.0f us, p99 %.0f us",
 		res.LatencyUs.P50, res.LatencyUs.P99, appendP50, res.Extra["append_p99_us"])
-	if res.LatencyUs.P50 < appendP50 {
+	// Each entry's end-to-end latency contains its append latency, but the two medians are of
+	// slightly different sets of entries (each recorder keeps its own window) in a queue that
+	// grows all run: allow a little. Counted from the send time, it was 230 times lower.
+	if res.LatencyUs.P50 < 0.9*appendP50 {
 		t.Fatalf("append-to-read p50 %.0f us is below the append p50 %.0f us it contains: the end-to-end latency is not measured from the intended send time",
 			res.LatencyUs.P50, appendP50)
 	}
