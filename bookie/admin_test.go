@@ -194,3 +194,15 @@ func TestHTTPServerHasTimeouts(t *testing.T) {
 			b.http.ReadHeaderTimeout, b.http.ReadTimeout)
 	}
 }
+
+// The GC routes ignore fields they do not know, as BookKeeper's do (they read the body into a
+// map), while PUT state/readonly refuses them, as BookKeeper's does.
+func TestAdminGCRoutesIgnoreUnknownFields(t *testing.T) {
+	b := start(t, testConfig(t, metadatatest.URI(t), t.TempDir()))
+	if code, resp := adminDo(t, b, "PUT", "/api/v1/bookie/gc", strings.NewReader(`{"forceMajor": true, "extra": 1}`)); code != http.StatusOK {
+		t.Errorf("gc with an unknown field: %d %s", code, strings.TrimSpace(resp))
+	}
+	if code, _ := adminDo(t, b, "PUT", "/api/v1/bookie/state/readonly", strings.NewReader(`{"readOnly": true, "extra": 1}`)); code != http.StatusBadRequest || b.ReadOnly() {
+		t.Errorf("readonly with an unknown field: %d, read-only %v; want 400 and no change", code, b.ReadOnly())
+	}
+}

@@ -80,7 +80,7 @@ func (b *Bookie) addGCRoutes(mux *http.ServeMux) {
 			ForceMajor flag `json:"forceMajor"`
 			ForceMinor flag `json:"forceMinor"`
 		}
-		if err := decodeBody(w, r, &req, true); err != nil {
+		if err := decodeBody(w, r, &req, bodyOptional); err != nil {
 			badBody(w, `{"forceMajor": bool, "forceMinor": bool}`, err)
 			return
 		}
@@ -104,7 +104,7 @@ func (b *Bookie) addGCRoutes(mux *http.ServeMux) {
 			Major *flag `json:"suspendMajor"`
 			Minor *flag `json:"suspendMinor"`
 		}
-		if err := decodeBody(w, r, &req, true); err != nil {
+		if err := decodeBody(w, r, &req, bodyOptional); err != nil {
 			badBody(w, `{"suspendMajor": bool, "suspendMinor": bool}`, err)
 			return
 		}
@@ -118,7 +118,7 @@ func (b *Bookie) addGCRoutes(mux *http.ServeMux) {
 			Major *flag `json:"resumeMajor"`
 			Minor *flag `json:"resumeMinor"`
 		}
-		if err := decodeBody(w, r, &req, true); err != nil {
+		if err := decodeBody(w, r, &req, bodyOptional); err != nil {
 			badBody(w, `{"resumeMajor": bool, "resumeMinor": bool}`, err)
 			return
 		}

@@ -52,12 +52,25 @@ const (
 	maxAdminBody = 64 << 10
 )
 
-// decodeBody decodes a JSON admin body into v, strictly: at most maxAdminBody bytes, one JSON
-// object with no unknown field and nothing after it. An empty body leaves v as it is when
-// optional. A bad body is refused whole, so that it changes nothing.
-func decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
+// bodyRule says what decodeBody accepts besides one JSON object of at most maxAdminBody bytes.
+type bodyRule int
+
+const (
+	// bodyRequired: a body with no unknown field (PUT state/readonly, strict in BookKeeper too).
+	bodyRequired bodyRule = iota
+	// bodyOptional: no body, or one whose unknown fields are ignored, as BookKeeper's GC routes
+	// do (they read the body into a map).
+	bodyOptional
+)
+
+// decodeBody decodes a JSON admin body into v: at most maxAdminBody bytes, one JSON object and
+// nothing after it, as rule says. A bad body is refused whole, so that it changes nothing.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any, rule bodyRule) error {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAdminBody))
-	dec.DisallowUnknownFields()
+	optional := rule == bodyOptional
+	if !optional {
+		dec.DisallowUnknownFields()
+	}
 	err := dec.Decode(v)
 	switch {
 	case errors.Is(err, io.EOF) && optional:
@@ -99,7 +112,7 @@ func (b *Bookie) handleSetReadOnly(w http.ResponseWriter, r *http.Request) {
 		ReadOnly *flag `json:"readOnly"`
 	}
 	const want = `{"readOnly": true|false}`
-	if err := decodeBody(w, r, &req, false); err != nil {
+	if err := decodeBody(w, r, &req, bodyRequired); err != nil {
 		badBody(w, want, err)
 		return
 	}

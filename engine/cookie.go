@@ -98,9 +98,10 @@ func (c Cookie) diff(want Cookie) string {
 }
 
 // sameDirs reports whether a cookie's dirs name wanted ones. The bookie names its dirs by
-// absolute paths; a cookie written before it did may hold a relative one, which matches the
-// wanted dir it names from the working directory (the one it was written from, unless the
-// bookie moved: then the cookie check refuses it, as it did then).
+// clean absolute paths; a cookie written before it did may hold another spelling: an absolute
+// one not clean ("/data/journal/"), which matches its clean form, or a relative one, which
+// matches the wanted dir it names from the working directory (the one it was written from,
+// unless the bookie moved: then the cookie check refuses it, as it did then).
 func sameDirs(cookie, want []string) bool {
 	if len(cookie) != len(want) {
 		return false
@@ -109,7 +110,7 @@ func sameDirs(cookie, want []string) bool {
 		if d == want[i] {
 			continue
 		}
-		if abs, err := filepath.Abs(d); filepath.IsAbs(d) || err != nil || abs != want[i] {
+		if abs, err := filepath.Abs(d); err != nil || abs != want[i] {
 			return false
 		}
 	}

@@ -787,8 +787,10 @@ func (e *Engine) Checkpoint() error {
 		return err
 	}
 	start := time.Now()
-	marks := e.journals.Marks() // 1
+	// Counted before the marks are taken: a deletion committed from here on is recorded under
+	// this snapshot, whose marks may not cover it (ledgerTable.deleting).
 	snapshot := e.snapshots.Add(1)
+	marks := e.journals.Marks() // 1
 	if err := e.hook(stepMarksSnapshot); err != nil {
 		return err
 	}
