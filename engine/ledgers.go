@@ -78,8 +78,8 @@ func (t *ledgerTable) get(id int64) *ledgerInfo {
 }
 
 // getOrCreate returns the ledger, creating it with key if it does not exist. created says the
-// caller must journal the ledger key and then close keyReady. A ledger whose deletion is not
-// committed yet is not created again (ErrTooManyRequests: retry after the next checkpoint).
+// caller must journal the ledger key and then close keyReady. A deleted ledger is not created
+// again until a checkpoint covers its committed deletion (ErrTooManyRequests: retry later).
 func (t *ledgerTable) getOrCreate(id int64, key []byte) (l *ledgerInfo, created bool, err error) {
 	if l := t.get(id); l != nil {
 		return l, false, nil
