@@ -900,16 +900,7 @@ func TestJournalWithoutFallocate(t *testing.T) {
 			if err := j.Close(); err != nil {
 				t.Fatal(err)
 			}
-			got := 0
-			if _, err := Replay(context.Background(), ReplayOptions{FS: fs, Dir: cfg.Dir}, func(r *Record) error {
-				if r.Type == RecordData {
-					got++
-				}
-				return nil
-			}); err != nil {
-				t.Fatal(err)
-			}
-			if got != n {
+			if got := countDataRecords(t, fs, cfg.Dir); got != n {
 				t.Fatalf("replayed %d records, want %d", got, n)
 			}
 		})
@@ -944,16 +935,22 @@ func TestRefusedAppendDropsTheGivenCRC(t *testing.T) {
 		t.Fatal(err)
 	}
 	j.Close()
-	got := 0
-	if _, err := Replay(context.Background(), ReplayOptions{FS: fs, Dir: cfg.Dir}, func(r *Record) error {
+	if got := countDataRecords(t, fs, cfg.Dir); got != 2 {
+		t.Fatalf("replayed %d acknowledged records, want 2", got)
+	}
+}
+
+// countDataRecords replays dir from its start and counts the data records.
+func countDataRecords(t *testing.T, fs diskio.FS, dir string) int {
+	t.Helper()
+	n := 0
+	if _, err := Replay(context.Background(), ReplayOptions{FS: fs, Dir: dir}, func(r *Record) error {
 		if r.Type == RecordData {
-			got++
+			n++
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if got != 2 {
-		t.Fatalf("replayed %d acknowledged records, want 2", got)
-	}
+	return n
 }
