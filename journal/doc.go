@@ -17,7 +17,8 @@
 //	v = format version (1); al = alignment (header size, journalAlignmentSize, ≥ the file
 //	system's direct-I/O alignment); depth, groupC and maxPl are the writer's pipeline depth,
 //	group buffer capacity and largest payload (replay uses them to bound a torn tail);
-//	flags bit 0 = the first file of a writer session.
+//	flags bit 0 = the first file of a writer session; bit 1 = written with journalSyncData off
+//	(groups unsynced: replay judges a damaged record by the groups' durable claims only).
 //
 //	record
 //	 0       4        8    9         12          20          28           32

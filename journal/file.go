@@ -42,9 +42,16 @@ type fileHeader struct {
 	flags         uint32
 }
 
-// fileFlagSessionStart marks the first file a writer wrote after it was opened: the file
-// before it may legitimately end in a torn tail (the previous writer crashed).
-const fileFlagSessionStart = 1
+// File header flags.
+const (
+	// fileFlagSessionStart marks the first file a writer wrote after it was opened: the file
+	// before it may legitimately end in a torn tail (the previous writer crashed).
+	fileFlagSessionStart = 1 << 0
+	// fileFlagUnsynced marks a file written with journalSyncData off: groups complete without a
+	// sync, so any number of them (not only PipelineDepth) may be unsynced at a power loss, and
+	// only the groups' durable claims tell a torn tail from corruption.
+	fileFlagUnsynced = 1 << 1
+)
 
 func (h fileHeader) encode(dst []byte) {
 	clear(dst)

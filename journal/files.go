@@ -178,6 +178,9 @@ func (m *fileManager) prepare(id, reuse uint64, sessionStart bool) (*journalFile
 	if sessionStart {
 		flags |= fileFlagSessionStart
 	}
+	if !cfg.SyncData {
+		flags |= fileFlagUnsynced
+	}
 	fileHeader{
 		flags:         flags,
 		version:       fileFormatVersion,

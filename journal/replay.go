@@ -201,7 +201,9 @@ func (s *fileScan) run(ctx context.Context, start int64, fn func(*Record) error)
 	}
 	s.hdr = hdr
 	s.dataStart = int64(hdr.alignment)
-	sc.maxPayload = int(hdr.maxPayload)
+	// A group's padding record holds up to an alignment unit, whatever the largest payload the
+	// writer took: with a limit below that, every trailer would fail the check.
+	sc.maxPayload = max(int(hdr.maxPayload), int(hdr.alignment))
 	if start < 0 {
 		start = s.dataStart
 	}
@@ -262,17 +264,20 @@ func (s *fileScan) run(ctx context.Context, start int64, fn func(*Record) error)
 // any of them may be partly written; so valid groups may follow a torn one, but only within
 // depth × groupCapacity, and each of them claims (in its trailer) a durable end no later than
 // the torn group's start. A valid group further away, or one claiming that bytes at or after
-// pos were durable, proves that pos was once written and synced: corruption.
+// pos were durable, proves that pos was once written and synced: corruption. In a file written
+// with journalSyncData off (fileFlagUnsynced) any number of groups may be unsynced, so only
+// the claims count.
 func (s *fileScan) classify(sc *scanner, pos int64, cause error) error {
 	align := int64(s.hdr.alignment)
 	window := int64(s.hdr.pipelineDepth) * int64(s.hdr.groupCapacity)
+	unsynced := s.hdr.flags&fileFlagUnsynced != 0
 	limit := min(sc.size, pos+2*window+align)
 	for b := diskio.AlignUp(pos+1, int(align)); b < limit; b += align {
 		h, _, err := sc.recordAt(b)
 		if err != nil {
 			continue
 		}
-		if b >= pos+window {
+		if b >= pos+window && !unsynced {
 			return fmt.Errorf("%w: %s offset %d: %v, but a valid %s record follows at offset %d, beyond what a crash can leave unsynced",
 				ErrCorruption, s.path, pos, cause, h.typ, b)
 		}
