@@ -16,9 +16,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -116,6 +120,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if root == "" {
 		root = DefaultRoot
 	}
+	if err := checkDirFree(cfg.Dir); err != nil {
+		return nil, err
+	}
 	e, err := embed.StartEtcd(etcdConfig(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("%w: dir %s: %w", ErrStart, cfg.Dir, err)
@@ -144,6 +151,26 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		root:      root,
 		dir:       cfg.Dir,
 	}, nil
+}
+
+// checkDirFree fails if another etcd server holds dir's backend database. etcd waits for
+// that file's lock forever, deaf to any context, so Start asks first (without waiting).
+func checkDirFree(dir string) error {
+	f, err := os.Open(filepath.Join(dir, "member", "snap", "db"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // a new member: nothing to wait for
+	}
+	if err != nil {
+		return fmt.Errorf("%w: dir %s: %w", ErrStart, dir, err)
+	}
+	defer f.Close() // releases the probe's lock
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return fmt.Errorf("%w: dir %s is in use by another etcd server (another standalone running on it?)", ErrStart, dir)
+		}
+		return fmt.Errorf("%w: dir %s: lock: %w", ErrStart, dir, err)
+	}
+	return nil
 }
 
 // etcdConfig translates cfg into etcd's own configuration.

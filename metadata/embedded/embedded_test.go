@@ -2,6 +2,8 @@ package embedded
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,5 +86,35 @@ func TestCloseTwice(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStartRefusesDirInUse: a second server on a data dir another one is using fails fast
+// with ErrStart (etcd's backend waits for the db file's lock forever, whatever the context: a
+// second `ringkeeper standalone` on the same --data-dir hung, deaf to Ctrl-C).
+func TestStartRefusesDirInUse(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Start(context.Background(), Config{Dir: dir, UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		s2, err := Start(ctx, Config{Dir: dir, UnsafeNoFsync: true})
+		if err == nil {
+			s2.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), "in use") {
+			t.Fatalf("second Start on a dir in use: %v, want ErrStart saying it is in use", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("second Start on a dir in use still waiting after 15 s (its context ended at 3 s)")
 	}
 }
