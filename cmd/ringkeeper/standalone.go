@@ -51,6 +51,14 @@ bookie addresses, and serves until Ctrl-C. Restarting it on the same data dir ke
 			if err != nil {
 				return fmt.Errorf("--data-dir: %w", err)
 			}
+			// Never 0 (a random port): the bookie id names the port, so bookies on other ports
+			// next time would not match their own directories' cookies.
+			if basePort < 1 || basePort > 65535-(bookies-1) {
+				return fmt.Errorf("--port %d: the %d bookies need ports in [1, 65535] from it", basePort, bookies)
+			}
+			if metadataPort < 0 || metadataPort > 65535 {
+				return fmt.Errorf("--metadata-port %d: not a port (0: any free one)", metadataPort)
+			}
 			for i := range bookies {
 				if err := portFree(basePort + i); err != nil {
 					return fmt.Errorf("bookie port %d is in use (another standalone or bookie running?); "+

@@ -214,3 +214,37 @@ func TestStandaloneSameDataDirSpeltAbsolutely(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestStandaloneRefusesBadPorts: a --port that does not give every bookie a port in
+// [1, 65535], or a --metadata-port outside [0, 65535], is an error naming the flag before
+// anything starts. --port 0 started bookies on random ports, whose ids (the address) then
+// differed on the next run: the restart on the same data dir failed its cookie checks. Ports
+// past 65535 were reported as "in use".
+func TestStandaloneRefusesBadPorts(t *testing.T) {
+	for _, args := range [][]string{
+		{"--port", "0"},
+		{"--port", "-3"},
+		{"--port", "65534", "--bookies", "3"},
+		{"--port", strconv.Itoa(freePorts(t, 3)), "--metadata-port", "-1"},
+		{"--port", strconv.Itoa(freePorts(t, 3)), "--metadata-port", "70000"},
+	} {
+		cmd := standaloneCommand()
+		dataDir := filepath.Join(t.TempDir(), "data")
+		flag := args[len(args)-2]
+		if args[0] == "--port" && flag == "--bookies" {
+			flag = "--port"
+		}
+		cmd.SetArgs(append([]string{"--data-dir", dataDir, "--http-port", "0", "--write-cache-mb", "16"}, args...))
+		cmd.SetOut(&bytes.Buffer{})
+		cmd.SetErr(&bytes.Buffer{})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // if it serves, it stops
+		err := cmd.ExecuteContext(ctx)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), flag) || strings.Contains(err.Error(), "in use") {
+			t.Errorf("standalone %v: %v, want an error naming %s (not a port in use)", args, err, flag)
+		}
+		if _, serr := os.Stat(dataDir); !os.IsNotExist(serr) {
+			t.Errorf("standalone %v: refused (%v), but it created %s", args, err, dataDir)
+		}
+	}
+}
