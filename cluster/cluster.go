@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -123,7 +124,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	errs := make([]error, cfg.Bookies)
 	var wg sync.WaitGroup
 	for i := range cfg.Bookies {
-		wg.Go(func() { errs[i] = c.startNew(ctx, i) })
+		_, serr := os.Stat(c.bookieDir(i))
+		fresh := errors.Is(serr, fs.ErrNotExist)
+		wg.Go(func() { errs[i] = c.startNew(ctx, i, fresh) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -132,14 +135,15 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	return c, nil
 }
 
-// startNew starts bookie i for the first time. A port picked by freePort can be taken by
-// another process before the bookie binds it; the bookie, new and empty, then starts again
-// from an empty directory on another port (its id is its address, so the old directory's
-// cookie would not match).
-func (c *Cluster) startNew(ctx context.Context, i int) error {
+// startNew starts bookie i. A port picked by freePort can be taken by another process before
+// the bookie binds it; a fresh bookie (its directory did not exist before this Start), new and
+// empty, then starts again from an empty directory on another port (its id is its address, so
+// the old directory's cookie would not match). A bookie with an existing directory is never
+// moved: that would remove its data.
+func (c *Cluster) startNew(ctx context.Context, i int, fresh bool) error {
 	for attempt := 1; ; attempt++ {
 		err := c.StartBookie(ctx, i)
-		if err == nil || c.cfg.BasePort != 0 || attempt == 3 {
+		if err == nil || c.cfg.BasePort != 0 || !fresh || attempt == 3 {
 			return err
 		}
 		c.mu.Lock()
