@@ -18,10 +18,11 @@ ap.add_argument("--dir", required=True)
 ap.add_argument("--clients", type=int, default=64)
 ap.add_argument("--seconds", type=int, default=30)
 ap.add_argument("--write-cache-mb", type=int, default=256)
-ap.add_argument("--read-cache-mb", type=int, default=256, help="the bookie's dbStorage_readAheadCacheMaxSizeMb (default 256)")
-ap.add_argument("--index-cache-mb", type=int, default=128, help="the bookie's dbStorage_rocksDB_blockCacheSize per ledger dir (default 128)")
 ap.add_argument("--port", type=int, default=3381)
 args = ap.parse_args()
+# standalone has no flags for these two caches: its bookie runs with the defaults
+# (dbStorage_readAheadCacheMaxSizeMb, dbStorage_rocksDB_blockCacheSize for its one ledger dir).
+READ_CACHE_MB, INDEX_CACHE_MB = 256, 128
 
 ADD, READ, VERSION = 1, 2, 2
 KEY = b"k" * 20
@@ -135,14 +136,14 @@ proc.terminate()
 proc.wait(timeout=30)
 shutil.rmtree(data, ignore_errors=True)
 
-limit = args.write_cache_mb + args.read_cache_mb + args.index_cache_mb + 256
+limit = args.write_cache_mb + READ_CACHE_MB + INDEX_CACHE_MB + 256
 peak = max(samples)
 probe_lat.sort()
 p = lambda q: probe_lat[min(len(probe_lat) - 1, int(q * len(probe_lat)))] * 1e3 if probe_lat else float("nan")
 print(f"slow clients: {args.clients}, adds pushed: {sum(sent)}, reconnects after the bookie closed a connection: {sum(reconnects)}")
 print(f"RSS: before the flood {base:.0f} MiB, peak {peak:.0f} MiB, at the end {samples[-1]:.0f} MiB; "
-      f"limit (write cache {args.write_cache_mb} + read cache {args.read_cache_mb} + index cache "
-      f"{args.index_cache_mb} + 256) {limit} MiB: "
+      f"limit (write cache {args.write_cache_mb} + read cache {READ_CACHE_MB} + index cache "
+      f"{INDEX_CACHE_MB} + 256) {limit} MiB: "
       f"peak/limit {peak / limit:.2f}")
 print(f"well-behaved client during the flood: {len(probe_lat)} add+read round trips, p50 {p(0.5):.1f} ms, "
       f"p99 {p(0.99):.1f} ms, errors {len(probe_err)} {probe_err[:3]}")

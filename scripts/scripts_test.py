@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Tests of the benchmark scripts against a fake `ringkeeper` binary (no bookie, no disk load):
+
+    python3 -m unittest discover -s scripts -p 'scripts_test.py'
+"""
+import os, socket, subprocess, sys, tempfile, textwrap, unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# A fake `ringkeeper standalone`: records its argv, serves the v2 add/read frames of
+# slow-client-flood.py on --port, answering the probe (ledger 7) and dropping the flood.
+FAKE_STANDALONE = textwrap.dedent('''\
+    #!/usr/bin/env python3
+    import os, signal, socket, struct, sys, threading
+    argv = sys.argv[1:]
+    open(os.environ["FAKE_ARGV"], "w").write("\\n".join(argv))
+    port = int(argv[argv.index("--port") + 1])
+    def exact(c, n):
+        b = b""
+        while len(b) < n:
+            chunk = c.recv(n - len(b))
+            if not chunk:
+                raise ConnectionError
+            b += chunk
+        return b
+    def serve(c):
+        try:
+            while True:
+                n = struct.unpack(">i", exact(c, 4))[0]
+                body = exact(c, n)
+                op = body[1]
+                ledger = struct.unpack(">q", body[24:32] if op == 1 else body[4:12])[0]
+                if ledger == 7:
+                    c.sendall(struct.pack(">ii", 8, struct.unpack(">i", body[:4])[0]) + b"\\0\\0\\0\\0")
+        except OSError:
+            pass
+    ln = socket.create_server(("127.0.0.1", port))
+    def stop(*_):
+        os._exit(0)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print("ringkeeper standalone ready", flush=True)
+    while True:
+        c, _ = ln.accept()
+        threading.Thread(target=serve, args=(c,), daemon=True).start()
+''')
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class SlowClientFlood(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.binary = os.path.join(self.tmp.name, "ringkeeper")
+        with open(self.binary, "w") as f:
+            f.write(FAKE_STANDALONE)
+        os.chmod(self.binary, 0o755)
+        self.env = dict(os.environ, FAKE_ARGV=os.path.join(self.tmp.name, "argv"))
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def flood(self, *extra):
+        return subprocess.run([sys.executable, os.path.join(HERE, "slow-client-flood.py"), "--binary", self.binary,
+                               "--dir", self.tmp.name, "--port", str(free_port()), *extra],
+                              capture_output=True, text=True, env=self.env, timeout=120)
+
+    def test_cache_sizes_are_the_bookies(self):
+        """The limit is computed from cache sizes the bookie really runs with: a --read-cache-mb
+        or --index-cache-mb that never reached the bookie only moved the limit."""
+        p = self.flood("--clients", "1", "--seconds", "1", "--read-cache-mb", "64", "--index-cache-mb", "4096")
+        argv = []
+        if os.path.exists(self.env["FAKE_ARGV"]):  # not started when the flags are refused
+            with open(self.env["FAKE_ARGV"]) as f:
+                argv = f.read().split("\n")
+        passed = "64" in argv and "4096" in argv
+        self.assertTrue(passed or (p.returncode != 0 and "limit" not in p.stdout),
+                        f"rc {p.returncode}, bookie argv {argv}, report {p.stdout}")
+
+    def test_limit_is_the_standalone_bookies_caches(self):
+        p = self.flood("--clients", "1", "--seconds", "1", "--write-cache-mb", "100")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("(write cache 100 + read cache 256 + index cache 128 + 256) 740 MiB", p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
