@@ -67,7 +67,11 @@ def separate_bookie(name, data_dir, bench_argv):
     try:
         line = sa.stdout.readline()
         if "ready" not in line:
-            print(f"standalone did not start: {line!r}", file=sys.stderr)
+            # Recorded like a failed run, so that no median is silently of fewer runs.
+            err = f"standalone did not start: {line!r}"
+            print(err, file=sys.stderr)
+            results.setdefault(name, []).append({"cmd": " ".join(sa.args), "error": err})
+            save()
             return None
         return run(name, bench_argv + ["--bookie", "127.0.0.1:23181"])
     finally:

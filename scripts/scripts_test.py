@@ -3,7 +3,7 @@
 
     python3 -m unittest discover -s scripts -p 'scripts_test.py'
 """
-import os, socket, subprocess, sys, tempfile, textwrap, unittest
+import json, os, socket, subprocess, sys, tempfile, textwrap, unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -85,6 +85,43 @@ class SlowClientFlood(unittest.TestCase):
         p = self.flood("--clients", "1", "--seconds", "1", "--write-cache-mb", "100")
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertIn("(write cache 100 + read cache 256 + index cache 128 + 256) 740 MiB", p.stdout)
+
+
+# A fake binary for bench-figures.py: every `bench` prints a result; `standalone` fails to start.
+FAKE_FIGURES = textwrap.dedent('''\
+    #!/usr/bin/env python3
+    import json, sys
+    if sys.argv[1] == "standalone":
+        sys.exit("ringkeeper: metadata port 23790 is in use")
+    print(json.dumps({"ops_per_sec": 1000.0}))
+''')
+
+
+class BenchFigures(unittest.TestCase):
+    def test_a_bookie_that_did_not_start_is_recorded(self):
+        """A repetition whose separate bookie did not start is in figures.json as an error, as
+        any failed run is: it was left out, so a median was silently of fewer runs."""
+        with tempfile.TemporaryDirectory() as tmp:
+            binary = os.path.join(tmp, "ringkeeper")
+            with open(binary, "w") as f:
+                f.write(FAKE_FIGURES)
+            os.chmod(binary, 0o755)
+            fakebin = os.path.join(tmp, "bin")
+            os.mkdir(fakebin)
+            with open(os.path.join(fakebin, "go"), "w") as f:  # no Go benchmarks here
+                f.write("#!/bin/sh\necho ok\n")
+            os.chmod(os.path.join(fakebin, "go"), 0o755)
+            out = os.path.join(tmp, "out")
+            env = dict(os.environ, PATH=fakebin + os.pathsep + os.environ["PATH"])
+            p = subprocess.run([sys.executable, os.path.join(HERE, "bench-figures.py"), "--dir", os.path.join(tmp, "d"),
+                                "--binary", binary, "--out", out, "--reps", "1", "--only", "server"],
+                               capture_output=True, text=True, env=env, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(os.path.join(out, "figures.json")) as f:
+                figures = json.load(f)
+            runs = figures.get("server-separate-raw-64conns", [])
+            self.assertEqual(len(runs), 1, figures.keys())
+            self.assertIn("error", runs[0])
 
 
 if __name__ == "__main__":
