@@ -53,6 +53,9 @@ func (p pebbleIndex) Ledgers(fn func(int64, ledgerState) bool) error {
 
 func (p pebbleIndex) NewBatch() indexBatch { return pebbleBatch{p.ix.NewBatch()} }
 
+func (p pebbleIndex) Checkpoint() ([]byte, error) { return p.ix.Checkpoint() }
+func (p pebbleIndex) Upgraded() bool              { return p.ix.Upgraded() }
+
 func (p pebbleIndex) Warm(ctx context.Context) (int64, error) { return p.ix.Warm(ctx) }
 
 func (p pebbleIndex) Close() error { return p.ix.Close() }
@@ -68,6 +71,7 @@ func (b pebbleBatch) PutLedger(id int64, st ledgerState) {
 }
 
 func (b pebbleBatch) DeleteLedger(id int64)  { b.b.DeleteLedger(id) }
+func (b pebbleBatch) PutCheckpoint(r []byte) { b.b.PutCheckpoint(r) }
 func (b pebbleBatch) Len() int               { return b.b.Len() }
 func (b pebbleBatch) Commit(sync bool) error { return b.b.Commit(sync) }
 

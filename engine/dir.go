@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ringkeeper/ringkeeper/journal"
 )
 
 // ledgerDir is one ledger directory: its write cache (two halves), read cache, entry logs and
@@ -272,7 +274,7 @@ func (d *ledgerDir) markDirty(l *ledgerInfo) {
 // entry), fsyncs it, then writes its locations and every changed ledger state to the index as
 // one synced batch: steps 2 to 4 of the checkpoint. The ledger state is synced even when no
 // entry moved.
-func (d *ledgerDir) flush() (err error) {
+func (d *ledgerDir) flush(marks []journal.Mark) (err error) {
 	d.flushMu.Lock()
 	defer d.flushMu.Unlock()
 	if err := d.e.Err(); err != nil {
@@ -330,6 +332,9 @@ func (d *ledgerDir) flush() (err error) {
 	}
 	for _, id := range deletes {
 		d.batch.DeleteLedger(id)
+	}
+	if marks != nil {
+		d.batch.PutCheckpoint(encodeCheckpoint(marks))
 	}
 	if err := d.batch.Commit(true); err != nil {
 		return d.flushFailed(h, fmt.Errorf("%w: index of %s: %w", ErrIO, d.path, err))

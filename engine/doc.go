@@ -55,8 +55,9 @@
 //  3. write the sealed half to the entry log sorted by (ledger, entry), so a ledger's entries lie
 //     together, and fsync it; the writing is paced to end when the active half is about 3/4
 //     full, so that a journal on the same disk keeps part of it (flushpace.go);
-//  4. write its locations and every changed ledger state (even when no entry moved) to the index
-//     as one synced batch; only then recycle the half.
+//  4. write its locations, every changed ledger state (even when no entry moved) and the
+//     checkpoint record (the step-1 marks, below) to the index as one synced batch; only then
+//     recycle the half.
 //  5. Only after every dir has flushed, persist each journal's mark in every ledger dir (temp
 //     file, fsync, rename, fsync dir), never backwards.
 //  6. Only then delete (or keep for reuse) journal files wholly before the persisted marks.
@@ -75,6 +76,25 @@
 // journal is replayed from its highest persisted mark (re-applying ledger keys, fences, explicit
 // LACs and entries; a half that fills during replay is flushed on the spot), the journals are
 // opened for writing (each in a new file), and a checkpoint runs. Only then is the engine ready.
+//
+// Before the replay each index's checkpoint record is held to the persisted marks. pebble takes
+// damage at the end of its newest write-ahead log or manifest for a torn write and drops what
+// follows, silently; a checkpoint's index updates and its record are one batch, so an index
+// that lost some lost the record too. A record older than a persisted mark, or an empty index
+// (one that lost everything looks new) once marks were persisted, means entries that no
+// journal holds any more are gone from the index: the engine refuses to open (ErrIO) rather
+// than answer "no such entry" for them. An index converted from an older format, which kept
+// no record, gets the persisted marks as its baseline.
+//
+//	checkpoint record (the value of the index's checkpoint key; little-endian like mark files)
+//	 0    1       3                 11               19
+//	+----+-------+-----------------+----------------+---- ... ----+
+//	| 01 | n     | journal 0 fileID | journal 0 offset | n−1 more  |
+//	+----+-------+-----------------+----------------+---- ... ----+
+//	 u8    u16     u64               u64
+//
+// Compaction's relocations are not covered: damage that drops them leaves locations in a
+// deleted log (a read error, not a missing entry).
 //
 // # Deleting ledgers
 //

@@ -199,6 +199,10 @@ func Open(cfg Config) (*Engine, error) {
 		e.closeDirs()
 		return nil, err
 	}
+	if err := e.checkIndexCheckpoints(); err != nil {
+		e.closeDirs()
+		return nil, err
+	}
 	if err := e.replay(); err != nil {
 		e.closeDirs()
 		return nil, err
@@ -797,7 +801,7 @@ func (e *Engine) Checkpoint() error {
 	errs := make([]error, len(e.dirs))
 	var wg sync.WaitGroup
 	for i, d := range e.dirs { // 2-4, dirs in parallel
-		wg.Go(func() { errs[i] = d.flush() })
+		wg.Go(func() { errs[i] = d.flush(marks) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {

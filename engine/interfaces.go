@@ -49,6 +49,12 @@ type locationIndex interface {
 	Entries(ledgerID, fromEntry int64, fn func(entryID int64, loc uint64) bool) error
 	Ledgers(fn func(id int64, st ledgerState) bool) error
 	NewBatch() indexBatch
+	// Checkpoint returns the record of the last committed PutCheckpoint (empty before the
+	// first); an error wrapping ErrCorrupt if the store lost it.
+	Checkpoint() ([]byte, error)
+	// Upgraded: the store was converted from an older format at open, so its empty checkpoint
+	// record is no evidence that it is new.
+	Upgraded() bool
 	// Warm loads the index into its cache if it fits (see index.Index.Warm); bytes read.
 	Warm(ctx context.Context) (int64, error)
 	Close() error
@@ -59,6 +65,8 @@ type indexBatch interface {
 	PutLocation(ledgerID, entryID int64, loc uint64)
 	PutLedger(id int64, st ledgerState)
 	DeleteLedger(id int64)
+	// PutCheckpoint records the journal marks of the checkpoint this batch belongs to.
+	PutCheckpoint(record []byte)
 	Len() int
 	// Commit writes the batch (synced if sync) and leaves it empty for reuse.
 	Commit(sync bool) error

@@ -91,7 +91,7 @@ func (e *Engine) apply(r *journal.Record) (bool, error) {
 			if _, _, ok := d.active.Load().put(ledgerID, entryID, r.Payload, false); ok {
 				return true, nil
 			}
-			if err := d.flush(); err != nil {
+			if err := d.flush(nil); err != nil {
 				return false, err
 			}
 		}

@@ -100,6 +100,15 @@ func (b *Batch) DeleteLedger(ledgerID int64) {
 	b.seq++
 }
 
+// PutCheckpoint sets the checkpoint record (see Index.Checkpoint) to v, which is copied.
+func (b *Batch) PutCheckpoint(v []byte) {
+	if len(v) > MaxCheckpointLen {
+		b.fail(fmt.Errorf("%w: checkpoint record of %d bytes", ErrTooLarge, len(v)))
+		return
+	}
+	_ = b.pb.Set(checkpointKey, v, nil)
+}
+
 // Len returns the number of operations in the batch (a DeleteLedger counts as two).
 func (b *Batch) Len() int { return int(b.pb.Count()) + len(b.puts) }
 

@@ -14,7 +14,19 @@
 //	      +----+-----------------+               +--------+---------+
 //	      | 00 | "format"        |               | "RKIX" | version |
 //	      +----+-----------------+               +--------+---------+
-//	                                               magic    u32 (2)
+//	                                               magic    u32 (3)
+//	format 2 had no checkpoint record (Open adds an empty one); format 1 kept one location per
+//	entry (Open converts them to runs).
+//
+//	checkpoint record (format 3; every store has one, empty until the first checkpoint)
+//	key    0    1                      11       value: opaque, at most MaxCheckpointLen bytes
+//	      +----+----------------------+         (the engine's journal marks, written in the
+//	      | 00 | "checkpoint"         |          batch of each checkpoint's index updates)
+//	      +----+----------------------+
+//	pebble takes damage at the end of its newest write-ahead log or manifest for a torn write
+//	and drops what follows it, silently. The engine compares the record with the marks it
+//	persisted: a record older than them, or none, means writes the journals no longer hold
+//	were lost.
 //
 //	ledger state
 //	key    0    1            9
@@ -30,7 +42,7 @@
 //	bit 4 has explicit LAC (then lacLen and LAC follow; m may be 0). Other bits must be 0.
 //	The value ends exactly after the last field; anything else is ErrCorrupt.
 //
-//	run of entry locations (format 2)
+//	run of entry locations (format 2 and 3)
 //	key    0    1            9                   17
 //	      +----+------------+-------------------+
 //	      | 03 | ledgerId   | last entryId      |

@@ -43,6 +43,8 @@ type Index struct {
 	closed atomic.Bool
 	// commitMu makes commits one at a time: a commit reads the runs it merges with.
 	commitMu sync.Mutex
+	// upgraded: Open converted an older format, which kept no checkpoint record.
+	upgraded bool
 }
 
 // Open opens (creating it if needed) the index in cfg.Dir.
@@ -102,8 +104,7 @@ func (ix *Index) checkFormat() error {
 		if nonEmpty {
 			return fmt.Errorf("%w: the store holds keys but no format record", ErrCorrupt)
 		}
-		rec := binary.BigEndian.AppendUint32([]byte(formatMagic), formatVersion)
-		return wrapPebble(ix.db.Set(formatKey, rec, pebble.Sync))
+		return ix.writeFormat()
 	}
 	if err != nil {
 		return wrapPebble(err)
@@ -120,13 +121,60 @@ func (ix *Index) checkFormat() error {
 	case !ok:
 		return err
 	case ver == formatVersion:
+		if _, err := ix.Checkpoint(); err != nil {
+			return err
+		}
 		return nil
+	case ver == formatVersionRuns:
+		ix.upgraded = true
+		return ix.writeFormat()
 	case ver == formatVersionLocations:
+		ix.upgraded = true
 		return ix.convertLocations()
 	default:
 		return fmt.Errorf("%w: store has version %d, this build reads %d", ErrVersion, ver, formatVersion)
 	}
 }
+
+// writeFormat writes (synced) this build's format record and an empty checkpoint record: into
+// a new store, or one of format 2, which had none.
+func (ix *Index) writeFormat() error {
+	pb := ix.db.NewBatch()
+	defer pb.Close()
+	setFormat(pb)
+	return wrapPebble(pb.Commit(pebble.Sync))
+}
+
+func setFormat(pb *pebble.Batch) {
+	_ = pb.Set(formatKey, binary.BigEndian.AppendUint32([]byte(formatMagic), formatVersion), nil)
+	_ = pb.Set(checkpointKey, nil, nil)
+}
+
+// Checkpoint returns the checkpoint record: empty until a Batch.PutCheckpoint was committed.
+// A store without one lost writes (damage in pebble's write-ahead log or manifest, which
+// pebble takes for a torn tail and drops): that is ErrCorrupt.
+func (ix *Index) Checkpoint() ([]byte, error) {
+	if !ix.enter() {
+		return nil, ErrClosed
+	}
+	defer ix.exit()
+	v, closer, err := ix.db.Get(checkpointKey)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, fmt.Errorf("%w: no checkpoint record: writes to the store were lost", ErrCorrupt)
+	}
+	if err != nil {
+		return nil, wrapPebble(err)
+	}
+	defer closer.Close()
+	if len(v) > MaxCheckpointLen {
+		return nil, fmt.Errorf("%w: checkpoint record of %d bytes", ErrCorrupt, len(v))
+	}
+	return bytes.Clone(v), nil
+}
+
+// Upgraded reports whether Open converted the store from an older format, which kept no
+// checkpoint record: its empty record then says nothing about what it once held.
+func (ix *Index) Upgraded() bool { return ix.upgraded }
 
 // convertLocationsBatch is how many format-1 locations one unsynced conversion batch holds.
 const convertLocationsBatch = 1 << 20
@@ -165,7 +213,7 @@ func (ix *Index) convertLocations() error {
 		return fmt.Errorf("converting format %d: %w", formatVersionLocations, err)
 	}
 	_ = b.pb.DeleteRange([]byte{prefixLocation}, []byte{prefixLocation + 1}, nil)
-	_ = b.pb.Set(formatKey, binary.BigEndian.AppendUint32([]byte(formatMagic), formatVersion), nil)
+	setFormat(b.pb)
 	if err := b.Commit(true); err != nil {
 		return fmt.Errorf("converting format %d: %w", formatVersionLocations, err)
 	}

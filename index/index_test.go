@@ -506,7 +506,9 @@ func TestOpenFormatChecks(t *testing.T) {
 		value []byte // nil: no format record, but another key
 		want  error
 	}{
-		{"newer", []byte("RKIX\x00\x00\x00\x03"), ErrVersion},
+		{"newer", []byte("RKIX\x00\x00\x00\x04"), ErrVersion},
+		// A format-3 store always has a checkpoint record: without one it lost writes.
+		{"no checkpoint record", []byte("RKIX\x00\x00\x00\x03"), ErrCorrupt},
 		{"magic", []byte("RKIY\x00\x00\x00\x01"), ErrCorrupt},
 		{"short", []byte("RKIX"), ErrCorrupt},
 		{"missing", nil, ErrCorrupt},
@@ -677,5 +679,83 @@ func TestDamagedRunIsNotAMiss(t *testing.T) {
 	}
 	if _, err := ix.Location(5, 1); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Location(5, 1), not in the run: %v, want ErrNotFound", err)
+	}
+}
+
+// TestCheckpointRecord: a new store's checkpoint record is empty; a committed one is read back,
+// after a reopen too; one over MaxCheckpointLen fails the commit, which then writes nothing.
+func TestCheckpointRecord(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ix")
+	ix, err := Open(DefaultConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := ix.Checkpoint(); err != nil || len(v) != 0 {
+		t.Fatalf("new store: Checkpoint = %x, %v; want empty", v, err)
+	}
+	b := ix.NewBatch()
+	b.PutLocation(1, 0, 42)
+	b.PutCheckpoint([]byte("marks-1"))
+	if err := b.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+	b.PutLocation(1, 1, 43)
+	b.PutCheckpoint(make([]byte, MaxCheckpointLen+1))
+	if err := b.Commit(true); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("oversized checkpoint record: Commit = %v, want ErrTooLarge", err)
+	}
+	if err := ix.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ix, err = Open(DefaultConfig(dir)); err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	if v, err := ix.Checkpoint(); err != nil || string(v) != "marks-1" {
+		t.Fatalf("reopened: Checkpoint = %q, %v; want marks-1", v, err)
+	}
+	if _, err := ix.Location(1, 1); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the refused commit's location: %v, want ErrNotFound", err)
+	}
+}
+
+// TestFormat2GainsACheckpointRecord: a format-2 store (runs, no checkpoint record) opens, keeps
+// its runs, and is format 3 with an empty checkpoint record from then on.
+func TestFormat2GainsACheckpointRecord(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ix")
+	ix, err := Open(DefaultConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := ix.NewBatch()
+	b.PutLocation(7, 3, 99)
+	if err := b.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+	// Make it a format-2 store, as an older build left it.
+	if err := ix.db.Set(formatKey, []byte("RKIX\x00\x00\x00\x02"), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.db.Delete(checkpointKey, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	ix.Close()
+	if ix, err = Open(DefaultConfig(dir)); err != nil {
+		t.Fatalf("format 2: %v", err)
+	}
+	defer ix.Close()
+	if v, err := ix.Checkpoint(); err != nil || len(v) != 0 {
+		t.Fatalf("upgraded: Checkpoint = %x, %v; want empty", v, err)
+	}
+	if loc, err := ix.Location(7, 3); err != nil || loc != 99 {
+		t.Fatalf("upgraded: Location = %d, %v", loc, err)
+	}
+	v, closer, err := ix.db.Get(formatKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	if string(v) != "RKIX\x00\x00\x00\x03" {
+		t.Fatalf("upgraded format record %q", v)
 	}
 }

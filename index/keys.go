@@ -26,13 +26,24 @@ const (
 // Wire format: do not change; formatVersion only moves forward.
 const (
 	formatMagic   = "RKIX"
-	formatVersion = 2
+	formatVersion = 3
+	// formatVersionRuns is format 2: runs, but no checkpoint record. Open adds an empty one.
+	formatVersionRuns = 2
 	// formatVersionLocations is format 1: one key per entry location. Open converts it.
 	formatVersionLocations = 1
 	formatLen              = len(formatMagic) + 4
 )
 
 var formatKey = []byte{prefixMeta, 'f', 'o', 'r', 'm', 'a', 't'}
+
+// The checkpoint record (format 3): key checkpointKey, value opaque to the index (the
+// engine's journal marks as of its last checkpoint), at most MaxCheckpointLen bytes; empty
+// until the first checkpoint. Every format-3 store has one: its absence means writes were
+// lost. Wire format: do not change.
+var checkpointKey = []byte{prefixMeta, 'c', 'h', 'e', 'c', 'k', 'p', 'o', 'i', 'n', 't'}
+
+// MaxCheckpointLen bounds a checkpoint record.
+const MaxCheckpointLen = 1 << 16
 
 // The ledger state value, version 1. Wire format: do not change.
 const (
