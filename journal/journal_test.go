@@ -9,6 +9,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -953,4 +954,37 @@ func countDataRecords(t *testing.T, fs diskio.FS, dir string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestMisdirectedBlockIsCorruption: a 4 KiB block of the middle of a journal file that holds
+// another block of the same file (a misdirected or lost write) is CRC-valid record by record,
+// but its group is out of sequence: replay must call it corruption, naming the file, and not
+// replay the copied entry in place of the one that block held (silent loss).
+func TestMisdirectedBlockIsCorruption(t *testing.T) {
+	path, data, offsets := writeSequential(t, 40)
+	for _, c := range []struct {
+		name     string
+		from, to int
+	}{
+		{"an earlier block over a later one", 5, 20},
+		{"a later block over an earlier one", 30, 10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const block = 4096
+			from, to := offsets[c.from], offsets[c.to]
+			if from%block != 0 || to%block != 0 || offsets[c.to+1]-to != block {
+				t.Fatalf("records are not one block each: %v", offsets)
+			}
+			bad := bytes.Clone(data)
+			copy(bad[to:to+block], data[from:from+block])
+			fs := memWithFiles(t, filepath.Dir(path), map[string][]byte{path: bad})
+			seen, _, err := replayAll(t, fs, filepath.Dir(path), Mark{})
+			if !errors.Is(err, ErrCorruption) {
+				t.Fatalf("got %v (replayed %d records, entry %d %d times), want ErrCorruption", err, len(seen), c.to, seen[key{1, int64(c.to)}])
+			}
+			if !strings.Contains(err.Error(), path) {
+				t.Fatalf("error %q does not name %s", err, path)
+			}
+		})
+	}
 }

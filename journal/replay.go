@@ -212,6 +212,11 @@ func (s *fileScan) run(ctx context.Context, start int64, fn func(*Record) error)
 	}
 	rec := Record{FileID: s.id}
 	count := 0
+	// Groups of a file carry consecutive sequence numbers in their trailers. Every record of
+	// a misdirected block is valid, so only its group's number out of turn gives it away.
+	var lastSeq uint64
+	haveSeq := false
+	groupStart := start
 	for pos := start; ; {
 		h, payload, err := sc.recordAt(pos)
 		if err != nil {
@@ -227,7 +232,7 @@ func (s *fileScan) run(ctx context.Context, start int64, fn func(*Record) error)
 				s.opts.Logger.Error("skipping corrupt journal region (skipReplayJournalInvalidRecord)", "err", corrupt, "resume", next)
 				s.skipped++
 				if ok {
-					pos = next
+					pos, groupStart, haveSeq = next, next, false
 					continue
 				}
 			}
@@ -237,6 +242,16 @@ func (s *fileScan) run(ctx context.Context, start int64, fn func(*Record) error)
 		size := int64(recordHeaderSize) + int64(h.length)
 		switch h.typ {
 		case recordPadding:
+			if haveSeq && h.entryID != lastSeq+1 {
+				corrupt := fmt.Errorf("%w: %s offset %d: group number %d follows group %d (a misdirected or lost write)",
+					ErrCorruption, s.path, groupStart, h.entryID, lastSeq)
+				if !s.opts.SkipInvalidRecords || fn == nil {
+					return count, corrupt
+				}
+				s.opts.Logger.Error("skipping corrupt journal region (skipReplayJournalInvalidRecord)", "err", corrupt)
+				s.skipped++
+			}
+			lastSeq, haveSeq, groupStart = h.entryID, true, pos+size
 		case recordFileEnd:
 			s.clean, s.end = true, pos+size
 			return count, nil
