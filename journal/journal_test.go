@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -986,5 +987,50 @@ func TestMisdirectedBlockIsCorruption(t *testing.T) {
 				t.Fatalf("error %q does not name %s", err, path)
 			}
 		})
+	}
+}
+
+// TestTornTailInTheLastThreeRecords cuts or zero-fills the file at every offset of its last
+// three records, and appends junk after an intact tail: replay keeps every record before the
+// cut, byte for byte (replayAll checks), never returns the torn one, and truncates there.
+func TestTornTailInTheLastThreeRecords(t *testing.T) {
+	const n = 8
+	path, data, offsets := writeSequential(t, n)
+	end := func(i int) int64 { return offsets[i] + int64(recordHeaderSize+payloadSize(1, int64(i))) }
+	for i := n - 3; i < n; i++ {
+		for cut := offsets[i]; cut < end(i); cut++ {
+			for _, zeroFill := range []bool{false, true} {
+				torn := bytes.Clone(data[:cut])
+				if zeroFill {
+					torn = append(torn, make([]byte, len(data)-int(cut))...)
+				}
+				fs := memWithFiles(t, filepath.Dir(path), map[string][]byte{path: torn})
+				seen, res, err := replayAll(t, fs, filepath.Dir(path), Mark{})
+				if err != nil {
+					t.Fatalf("record %d cut at %d (zero fill %v): %v", i, cut, zeroFill, err)
+				}
+				if len(seen) != i || seen[key{1, int64(i)}] != 0 {
+					t.Fatalf("record %d cut at %d (zero fill %v): replayed %v", i, cut, zeroFill, seen)
+				}
+				if res.TornOffset != offsets[i] {
+					t.Fatalf("record %d cut at %d: torn offset %d, want %d", i, cut, res.TornOffset, offsets[i])
+				}
+			}
+		}
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("junk seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	tail := offsets[n-1] + 4096 // the end of the last group (one block per record)
+	for round := range 50 {
+		junk := make([]byte, 1+rng.IntN(3*4096))
+		for k := range junk {
+			junk[k] = byte(rng.Uint32())
+		}
+		fs := memWithFiles(t, filepath.Dir(path), map[string][]byte{path: append(bytes.Clone(data[:tail]), junk...)})
+		seen, _, err := replayAll(t, fs, filepath.Dir(path), Mark{})
+		if err != nil || len(seen) != n {
+			t.Fatalf("round %d: %d junk bytes after the tail: %v, replayed %d of %d", round, len(junk), err, len(seen), n)
+		}
 	}
 }
