@@ -103,7 +103,9 @@
 // deletions. Its entries stay in entry logs until garbage collection. A ledger deleted after the
 // last persisted mark can come back from journal replay after a crash (a known issue: the
 // journal has no deletion record); deletion is driven by the metadata store and is repeated by
-// the next GC run.
+// the next GC run. A ledger that was fenced when deleted refuses every write (ErrFenced) for 7
+// days, or until the engine restarts: its old writer must not create it again and be
+// acknowledged for entries nothing can read (BookKeeper #4462).
 //
 // # Garbage collection and compaction
 //

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
 )
 
 // ledgerInfo is the in-memory state of one ledger: the source of truth while the bookie runs,
@@ -55,9 +58,18 @@ type ledgerTable struct {
 		// the commit: until a snapshot taken after it is persisted, a crash replays the deleted
 		// ledger's journal records, which would merge into a new ledger under the same id.
 		deleting map[int64]uint64
-		_        [24]byte
+		// fencedDeleted holds ledgers that were fenced when deleted, with when (monotime): for
+		// fencedDeletedRetention every write to them is refused as fenced (BookKeeper #4462).
+		fencedDeleted map[int64]int64
+		_             [16]byte
 	}
 }
+
+// fencedDeletedRetention is how long a fenced ledger stays unwritable after its deletion
+// (BookKeeper's 7 days). Its old writer, idle meanwhile, would otherwise create the ledger
+// anew with its next add and be acknowledged for an entry nothing can read. In memory only,
+// as in BookKeeper: a restart forgets it.
+const fencedDeletedRetention = 7 * 24 * time.Hour
 
 func newLedgerTable() *ledgerTable {
 	t := &ledgerTable{}
@@ -79,7 +91,8 @@ func (t *ledgerTable) get(id int64) *ledgerInfo {
 
 // getOrCreate returns the ledger, creating it with key if it does not exist. created says the
 // caller must journal the ledger key and then close keyReady. A deleted ledger is not created
-// again until a checkpoint covers its committed deletion (ErrTooManyRequests: retry later).
+// again until a checkpoint covers its committed deletion (ErrTooManyRequests: retry later), nor
+// one that was fenced when deleted, for fencedDeletedRetention (ErrFenced).
 func (t *ledgerTable) getOrCreate(id int64, key []byte) (l *ledgerInfo, created bool, err error) {
 	if l := t.get(id); l != nil {
 		return l, false, nil
@@ -89,6 +102,9 @@ func (t *ledgerTable) getOrCreate(id int64, key []byte) (l *ledgerInfo, created 
 	defer s.mu.Unlock()
 	if l := s.m[id]; l != nil {
 		return l, false, nil
+	}
+	if at, ok := s.fencedDeleted[id]; ok && monotime.Now()-at < int64(fencedDeletedRetention) {
+		return nil, false, fmt.Errorf("%w: ledger %d was fenced, then deleted", ErrFenced, id)
 	}
 	if _, ok := s.deleting[id]; ok {
 		return nil, false, fmt.Errorf("%w: ledger %d was deleted; its id is free again once a checkpoint covers the deletion",
@@ -115,8 +131,15 @@ func (t *ledgerTable) removeForDelete(id int64) bool {
 	s := &t.shards[t.shard(id)]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.m[id] == nil {
+	l := s.m[id]
+	if l == nil {
 		return false
+	}
+	if l.fenced.Load() {
+		if s.fencedDeleted == nil {
+			s.fencedDeleted = make(map[int64]int64)
+		}
+		s.fencedDeleted[id] = monotime.Now()
 	}
 	delete(s.m, id)
 	if s.deleting == nil {
@@ -140,14 +163,20 @@ func (t *ledgerTable) deleted(ids []int64, snapshots uint64) {
 }
 
 // freeDeleted frees the ids whose committed deletion precedes mark snapshot number snapshot,
-// now persisted.
+// now persisted, and forgets fenced deletions older than fencedDeletedRetention.
 func (t *ledgerTable) freeDeleted(snapshot uint64) {
+	now := monotime.Now()
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
 		for id, at := range s.deleting {
 			if at != 0 && at-1 < snapshot {
 				delete(s.deleting, id)
+			}
+		}
+		for id, at := range s.fencedDeleted {
+			if now-at >= int64(fencedDeletedRetention) {
+				delete(s.fencedDeleted, id)
 			}
 		}
 		s.mu.Unlock()

@@ -123,7 +123,10 @@ type modelLedger struct {
 	// last persisted mark can come back.
 	delDurable bool
 	fenced     bool
-	lac        []byte
+	// fencedDeleted says the ledger was fenced when deleted and the engine has not restarted
+	// since: every write creating it again is refused with ErrFenced (BookKeeper #4462).
+	fencedDeleted bool
+	lac           []byte
 	// lacAccepted is the index (in the current incarnation's lacs) of the last explicit LAC
 	// accepted since the engine opened; -1: none.
 	lacAccepted int
@@ -417,6 +420,9 @@ func (r *modelRun) target(ml *modelLedger) (inc *modelInc, creating bool) {
 
 // created records that an operation creating a new incarnation was accepted.
 func (r *modelRun) created(ml *modelLedger, inc *modelInc) {
+	if ml.fencedDeleted {
+		r.fatalf("ledger %d was created again, though it was fenced when deleted", ml.id)
+	}
 	ml.incs = append(ml.incs, inc)
 	ml.exists, ml.deleted, ml.delCommitted, ml.delDurable, ml.delFree = true, false, false, false, false
 	ml.fenced, ml.lac, ml.present, ml.lacAccepted = false, nil, map[int64]int{}, -1
@@ -427,6 +433,10 @@ func (r *modelRun) refusedCreate(ml *modelLedger, what string, err error) {
 	if ml.deleted && !ml.delFree && errors.Is(err, ErrTooManyRequests) {
 		r.stats["refused-recreate"]++
 		return // no checkpoint may cover the committed deletion yet: correct
+	}
+	if ml.fencedDeleted && errors.Is(err, ErrFenced) {
+		r.stats["refused-fenced-deleted"]++
+		return // its old writer must not create it again
 	}
 	r.fatalf("%s creating ledger %d (deleted %v, deletion committed %v, id free %v): %v", what, ml.id, ml.deleted, ml.delCommitted, ml.delFree, err)
 }
@@ -696,6 +706,7 @@ func (r *modelRun) opDelete() {
 		r.fatalf("delete %d: %v", ml.id, err)
 	}
 	ml.exists, ml.deleted, ml.delCommitted, ml.delDurable, ml.delFree = false, true, false, false, false
+	ml.fencedDeleted = ml.fenced
 	ml.fenced, ml.lac, ml.present = false, nil, nil
 	r.stats["deletes"]++
 	if _, err := r.e.Read(ml.id, 0, nil); !errors.Is(err, ErrNoLedger) {
@@ -1282,6 +1293,7 @@ func (r *modelRun) opCleanRestart() {
 func (r *modelRun) verify() {
 	e := r.e
 	for _, ml := range r.ledgers {
+		ml.fencedDeleted = false // the engine restarted: it forgot which deleted ledgers were fenced
 		ex := e.Exists(ml.id)
 		inc := ml.cur()
 		switch {
@@ -1433,6 +1445,7 @@ func (r *modelRun) verify() {
 			r.tracef("  fixed bug (lenient): ledger %d (incarnation %d, id reused early) came back with the key of incarnation %d; deleting it",
 				ml.id, inc.n, owner)
 			r.stats["known-bug-reuse"]++
+			ml.fencedDeleted, _ = e.IsFenced(ml.id)
 			if err := e.DeleteLedger(ml.id); err != nil {
 				r.fatalf("delete %d: %v", ml.id, err)
 			}
@@ -1444,6 +1457,7 @@ func (r *modelRun) verify() {
 			// Back from the journal: allowed; delete it again, as the next GC run would.
 			r.tracef("  deleted ledger %d (incarnation %d) came back with %d entries; deleting it again", ml.id, owner, len(present))
 			r.stats["resurrected"]++
+			ml.fencedDeleted, _ = e.IsFenced(ml.id)
 			if err := e.DeleteLedger(ml.id); err != nil {
 				r.fatalf("delete %d again: %v", ml.id, err)
 			}
