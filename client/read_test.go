@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
+	"github.com/ringkeeper/ringkeeper/net/protocol"
+	"github.com/ringkeeper/ringkeeper/net/transport"
 )
 
 // appendRange appends entries first..last (payload(ledger, id)) and checks their ids.
@@ -151,4 +153,50 @@ func TestTailingReaderFollowsANewEnsemble(t *testing.T) {
 	if entries, err := rh.Read(ctx, 0, lac); err != nil || int64(len(entries)) != lac+1 {
 		t.Fatalf("read 0..%d: %d entries, %v", lac, len(entries), err)
 	}
+}
+
+// misdirectedReads answers reads with another stored entry, intact (its digest is valid), as
+// a bookie with a damaged index or a misdirected disk read would.
+type misdirectedReads struct {
+	bookieConn
+	to func(ledgerID, entryID int64) (int64, int64)
+}
+
+func (m *misdirectedReads) Read(ledgerID, entryID int64, flags protocol.Flags, key *[20]byte, cb transport.ReadCallback, ctx any) {
+	if entryID >= 0 {
+		ledgerID, entryID = m.to(ledgerID, entryID)
+	}
+	m.bookieConn.Read(ledgerID, entryID, flags, key, cb, ctx)
+}
+
+// TestMisdirectedEntriesAreRejected: of a (3,3,2) ledger's bookies, one answers with the
+// same entry of another ledger (swapped ledger id), another with the previous entry (swapped
+// entry id). Both are digest-valid, so only the ids in the header tell them apart: every read
+// must still return the right entry, from the third replica.
+func TestMisdirectedEntriesAreRejected(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	w := newClient(t, c, nil)
+	lh, other := createLedger(t, w, 3, 3, 2), createLedger(t, w, 3, 3, 2)
+	appendN(t, lh, 10)
+	appendN(t, other, 10)
+	for _, l := range []*Ledger{lh, other} {
+		if err := l.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ens := lh.Metadata().Ensembles[0].Bookies
+	r := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
+		switch addr {
+		case ens[0]:
+			return &misdirectedReads{conn, func(_, e int64) (int64, int64) { return other.ID(), e }}
+		case ens[1]:
+			return &misdirectedReads{conn, func(l, e int64) (int64, int64) { return l, (e + 9) % 10 }}
+		}
+		return conn
+	})
+	rh, err := r.OpenLedger(context.Background(), lh.ID(), password, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEntries(t, rh, 9)
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -451,4 +452,64 @@ func recoverAt(t *testing.T, cl *Client, lh *Ledger, last int64) *Ledger {
 	}
 	checkEntries(t, rh, last)
 	return rh
+}
+
+// TestRecoveryWritesCarryTheFrozenLAC: the writer pipelined entries 0-5 before any was
+// acknowledged, so each carries LAC −1 and recovery re-adds all of them. Every recovery add
+// must carry the LAC recovery started from (−1), not one that moves with the entries it
+// re-adds: a reader would otherwise learn of entries that no recoverer may end up keeping
+// (the TLA+ model's "freeze LAC of recovery writes").
+func TestRecoveryWritesCarryTheFrozenLAC(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	var conns sync.Map
+	w := newClient(t, c, wrapConns(&conns))
+	lh := createLedger(t, w, 3, 3, 2)
+	ens := lh.Metadata().Ensembles[0].Bookies
+	for _, b := range ens {
+		holdAdds(faultConnOf(t, w, &conns, b))
+	}
+	log := newAckLog(6)
+	for i := int64(0); i < 6; i++ {
+		log.append(lh, i, payload(lh.ID(), i))
+	}
+	for _, b := range ens {
+		faultConnOf(t, w, &conns, b).releaseAdds()
+	}
+	log.wait(t)
+
+	var mu sync.Mutex
+	lacs := map[int64][]int64{} // entry → LAC of each of its recovery adds
+	r := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
+		return &recordingAdds{bookieConn: conn, record: func(entryID int64, flags protocol.Flags, entry [][]byte) {
+			if flags.Has(protocol.FlagRecoveryAdd) {
+				mu.Lock()
+				lacs[entryID] = append(lacs[entryID], int64(binary.BigEndian.Uint64(entry[0][16:24])))
+				mu.Unlock()
+			}
+		}}
+	})
+	recoverAt(t, r, lh, 5)
+	mu.Lock()
+	defer mu.Unlock()
+	for e := int64(0); e < 6; e++ {
+		if len(lacs[e]) != 3 {
+			t.Errorf("entry %d: %d recovery adds, want 3 (its write quorum)", e, len(lacs[e]))
+		}
+		for _, lac := range lacs[e] {
+			if lac != -1 {
+				t.Errorf("entry %d was re-added with LAC %d, want the frozen LAC -1", e, lac)
+			}
+		}
+	}
+}
+
+// recordingAdds shows record every add before sending it.
+type recordingAdds struct {
+	bookieConn
+	record func(entryID int64, flags protocol.Flags, entry [][]byte)
+}
+
+func (r *recordingAdds) Add(ledgerID, entryID int64, key *[20]byte, flags protocol.Flags, entry [][]byte, cb transport.AddCallback, ctx any) {
+	r.record(entryID, flags, entry)
+	r.bookieConn.Add(ledgerID, entryID, key, flags, entry, cb, ctx)
 }
