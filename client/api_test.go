@@ -197,3 +197,39 @@ func TestCloseWaitsForAnEnsembleChange(t *testing.T) {
 		t.Fatalf("the add during the change: %v", err)
 	}
 }
+
+// TestOversizeEntryIsRefusedLocally: an entry over the frame limit fails at once with
+// ErrEntryTooLarge, before anything is sent (BookKeeper #2357: it looked like a bookie failure
+// and changed the ensemble): no entry id is taken, the metadata is unchanged, and the handle
+// goes on with the largest entry that fits.
+func TestOversizeEntryIsRefusedLocally(t *testing.T) {
+	c := clustertest.Start(t, 4)
+	ctx := context.Background()
+	cfg := DefaultConfig(c.MetadataURI())
+	cfg.Transport.MaxFrameSize = 64 << 10
+	cl, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	waitWritable(t, cl, 4)
+	lh := createLedger(t, cl, 3, 3, 2)
+	appendN(t, lh, 2)
+	before, _, err := cl.md.Ledgers().Read(ctx, lh.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lh.Append(ctx, make([]byte, lh.MaxEntrySize()+1)); !errors.Is(err, ErrEntryTooLarge) {
+		t.Fatalf("append over the frame limit: %v, want ErrEntryTooLarge", err)
+	}
+	if id, err := lh.Append(ctx, make([]byte, lh.MaxEntrySize())); err != nil || id != 2 {
+		t.Fatalf("append of the largest entry after a refused one: id %d, %v; want 2", id, err)
+	}
+	after, _, err := cl.md.Ledgers().Read(ctx, lh.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Ensembles) != 1 || !sameEnsemble(after.Ensembles[0], before.Ensembles[0]) {
+		t.Fatalf("ensembles changed by an oversize entry: %+v, were %+v", after.Ensembles, before.Ensembles)
+	}
+}

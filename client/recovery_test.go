@@ -513,3 +513,78 @@ func (r *recordingAdds) Add(ledgerID, entryID int64, key *[20]byte, flags protoc
 	r.record(entryID, flags, entry)
 	r.bookieConn.Add(ledgerID, entryID, key, flags, entry, cb, ctx)
 }
+
+// TestBookiesRestartedMidFence: every bookie restarts after the recoverer fenced the ledger,
+// while its recovery reads are still in flight. The fence must outlive the restart: the old
+// writer's next add is refused, recovery completes after the restart, and the writer holds no
+// acknowledgement past the closed end.
+func TestBookiesRestartedMidFence(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	ctx := context.Background()
+	lh := createLedger(t, newClient(t, c, nil), 3, 3, 2)
+	appendN(t, lh, 10)
+	var conns sync.Map
+	r := newClient(t, c, wrapConns(&conns))
+	for _, b := range c.BookieAddrs() {
+		f := faultConnOf(t, r, &conns, b)
+		f.mu.Lock()
+		f.holdReads = true // the fencing LAC reads pass; recovery reads answer late
+		f.mu.Unlock()
+	}
+	type result struct {
+		rh  *Ledger
+		err error
+	}
+	recovered := make(chan result, 1)
+	go func() {
+		rh, err := r.OpenLedger(ctx, lh.ID(), password, true)
+		recovered <- result{rh, err}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		held := 0
+		for _, b := range c.BookieAddrs() {
+			f := faultConnOf(t, r, &conns, b)
+			f.mu.Lock()
+			held += len(f.heldReads)
+			f.mu.Unlock()
+		}
+		if held > 0 {
+			break // fenced: recovery reads go out only after the fencing reads
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no recovery read was answered")
+		}
+	}
+	for i := range c.Size() {
+		if err := c.StopBookie(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.StartBookie(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	id, appendErr := lh.Append(actx, payload(lh.ID(), 10))
+	for _, b := range c.BookieAddrs() {
+		faultConnOf(t, r, &conns, b).releaseReads()
+	}
+	res := <-recovered
+	if res.err != nil {
+		t.Fatalf("recovery across the restart: %v", res.err)
+	}
+	md := res.rh.Metadata()
+	if appendErr == nil && id > md.LastEntryID {
+		t.Fatalf("entry %d was acknowledged to the fenced writer, but the ledger was closed at %d: data loss", id, md.LastEntryID)
+	}
+	if appendErr == nil {
+		t.Fatalf("the fenced writer's add was acknowledged (entry %d) after the bookies restarted", id)
+	}
+	if !errors.Is(appendErr, ErrLedgerFenced) {
+		t.Errorf("the fenced writer's add: %v, want ErrLedgerFenced", appendErr)
+	}
+	if md.LastEntryID != 9 {
+		t.Fatalf("closed at %d, want 9", md.LastEntryID)
+	}
+	checkEntries(t, res.rh, 9)
+}
