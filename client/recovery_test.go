@@ -588,3 +588,38 @@ func TestBookiesRestartedMidFence(t *testing.T) {
 	}
 	checkEntries(t, res.rh, 9)
 }
+
+// blackHole never answers: requests vanish, as to a bookie that hangs without closing its
+// connection.
+type blackHole struct{ bookieConn }
+
+func (blackHole) Read(int64, int64, protocol.Flags, *[20]byte, transport.ReadCallback, any) {}
+func (blackHole) Add(int64, int64, *[20]byte, protocol.Flags, [][]byte, transport.AddCallback, any) {
+}
+
+// TestRecoveryWithABlackHoledBookie: one bookie of a (3,3,2) ledger answers nothing at all:
+// not the fencing read, not recovery reads, not recovery adds (BookKeeper #1067: one hung
+// bookie stalled recovery forever). Fencing, reads and the missing end are all decided by the
+// other two, so recovery completes, well within the hung bookie's timeouts, and keeps every
+// entry.
+func TestRecoveryWithABlackHoledBookie(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	lh := ledgerWithUnconfirmedTail(t, c)
+	hung := lh.Metadata().Ensembles[0].Bookies[1]
+	r := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
+		if addr == hung {
+			return blackHole{conn}
+		}
+		return conn
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rh, err := r.OpenLedger(ctx, lh.ID(), password, true)
+	if err != nil {
+		t.Fatalf("recovery with one bookie hung: %v", err)
+	}
+	if md := rh.Metadata(); md.State != metadata.StateClosed || md.LastEntryID != 25 {
+		t.Fatalf("closed at %d (%v), want 25", md.LastEntryID, md.State)
+	}
+	checkEntries(t, rh, 25)
+}
