@@ -42,6 +42,8 @@ type Bookie struct {
 	readOnly atomic.Bool
 	// forcedReadOnly is set by an operator: the disk checker does not turn it writable.
 	forcedReadOnly atomic.Bool
+	// storageFailed: the engine or a journal failed (sticky): read-only until restart.
+	storageFailed atomic.Bool
 	// regStale says the registration does not show the current mode: its update failed (the
 	// metadata store was unreachable), and the disk checker retries it.
 	regStale atomic.Bool
@@ -258,7 +260,7 @@ func (b *Bookie) checkDisk() {
 		}
 		b.log.Warn("disk usage above diskUsageThreshold: turning read-only", "usage", usage, "threshold", b.cfg.DiskUsageThreshold)
 		b.setReadOnly(true)
-	case usage < b.cfg.DiskUsageLwmThreshold && b.readOnly.Load() && !b.forcedReadOnly.Load():
+	case usage < b.cfg.DiskUsageLwmThreshold && b.readOnly.Load() && !b.forcedReadOnly.Load() && !b.storageFailed.Load():
 		b.log.Info("disk usage below diskUsageLwmThreshold: writable again", "usage", usage)
 		b.setReadOnly(false)
 	case usage >= b.cfg.DiskUsageWarnThreshold:
@@ -266,12 +268,33 @@ func (b *Bookie) checkDisk() {
 	}
 }
 
+// checkStorage turns the bookie read-only for good once its storage failed: every add fails
+// there (a write or fsync error is sticky), and a bookie registered writable would go on being
+// picked for new ensembles, each add to it failing into an ensemble change. Reads go on.
+func (b *Bookie) checkStorage() {
+	if b.storageFailed.Load() {
+		return
+	}
+	err := b.eng.Failure()
+	if err == nil {
+		return
+	}
+	b.log.Error("storage failed: read-only until restart (reads still served)", "err", err)
+	b.stateMu.Lock()
+	defer b.stateMu.Unlock()
+	b.storageFailed.Store(true)
+	b.setReadOnlyLocked(true)
+}
+
+// ErrStorageFailed: the bookie cannot be made writable, its storage failed.
+var ErrStorageFailed = errors.New("bookie: storage failed; read-only until restart")
+
 // setReadOnly switches modes and moves the registration, unless an operator forced read-only
-// mode and ro is false.
+// mode or the storage failed, and ro is false.
 func (b *Bookie) setReadOnly(ro bool) error {
 	b.stateMu.Lock()
 	defer b.stateMu.Unlock()
-	if !ro && b.forcedReadOnly.Load() {
+	if !ro && (b.forcedReadOnly.Load() || b.storageFailed.Load()) {
 		return nil // the disk check read the state before an operator forced read-only mode
 	}
 	return b.setReadOnlyLocked(ro)
@@ -309,6 +332,9 @@ func (b *Bookie) updateRegistrationLocked() error {
 func (b *Bookie) SetReadOnly(ro bool) error {
 	b.stateMu.Lock()
 	defer b.stateMu.Unlock()
+	if !ro && b.storageFailed.Load() {
+		return ErrStorageFailed
+	}
 	b.forcedReadOnly.Store(ro)
 	return b.setReadOnlyLocked(ro)
 }
@@ -324,6 +350,7 @@ func (b *Bookie) runDiskChecker() {
 		case <-b.stop:
 			return
 		case <-t.C:
+			b.checkStorage()
 			b.checkDisk()
 			if b.regStale.Load() {
 				b.stateMu.Lock()

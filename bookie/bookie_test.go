@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ringkeeper/ringkeeper/engine"
+	"github.com/ringkeeper/ringkeeper/internal/diskio"
 	"github.com/ringkeeper/ringkeeper/metadata"
 	"github.com/ringkeeper/ringkeeper/metadata/metadatatest"
 	"github.com/ringkeeper/ringkeeper/net/protocol"
@@ -304,3 +307,51 @@ zkServers=localhost:2181
 // metadataURIForChild is a metadata URI on the test binary's shared embedded etcd, with a root
 // of its own, that child processes can reach too.
 func metadataURIForChild(t *testing.T) string { return metadatatest.URI(t) }
+
+// TestFailedStorageTurnsReadOnlyForGood: once a journal fsync fails (sticky), every add fails
+// there, so the bookie registers read-only (clients stop picking it for new ensembles) and
+// stays so: neither the disk checker nor an operator makes it writable before a restart.
+// Reads go on.
+func TestFailedStorageTurnsReadOnlyForGood(t *testing.T) {
+	uri := metadatatest.URI(t)
+	cfg := testConfig(t, uri, t.TempDir())
+	cfg.DiskCheckInterval = 50 * time.Millisecond
+	fs := diskio.NewMem(4096)
+	cfg.Engine.FS = fs
+	b := start(t, cfg)
+	c := dial(t, b)
+	if rc, err := c.Add(key, entry(6, 0), 0); err != nil || rc != protocol.EOK {
+		t.Fatalf("add: %v %v", rc, err)
+	}
+	fs.SetInjector(func(op diskio.Op) error {
+		if op.Kind == diskio.OpSync {
+			return unix.EIO
+		}
+		return nil
+	})
+	if rc, err := c.Add(key, entry(6, 1), 0); err != nil || rc != protocol.EIO {
+		t.Fatalf("add with a failing fsync: %v %v, want EIO", rc, err)
+	}
+	fs.SetInjector(nil)
+	deadline := time.Now().Add(5 * time.Second)
+	for !b.ReadOnly() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !b.ReadOnly() {
+		t.Fatal("bookie with failed storage did not turn read-only")
+	}
+	md := metadatatest.Open(t, uri)
+	if ro, err := md.Bookies().List(context.Background(), metadata.ListReadOnly); err != nil || len(ro) != 1 {
+		t.Fatalf("registration not read-only: %v %v", ro, err)
+	}
+	if err := b.SetReadOnly(false); !errors.Is(err, ErrStorageFailed) || !b.ReadOnly() {
+		t.Fatalf("operator made a failed bookie writable: %v, read-only %v", err, b.ReadOnly())
+	}
+	time.Sleep(3 * cfg.DiskCheckInterval) // the disk checker must not either
+	if !b.ReadOnly() {
+		t.Fatal("the disk checker made a failed bookie writable")
+	}
+	if rc, data, err := c.Read(6, 0); err != nil || rc != protocol.EOK || !bytes.Equal(data, entry(6, 0)) {
+		t.Fatalf("read on a failed bookie: %v %v", rc, err)
+	}
+}

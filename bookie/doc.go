@@ -20,6 +20,10 @@
 // again.
 // Below one entry log of free space the engine refuses every add. A full disk therefore ends
 // in clean refusals, never in a torn write that was acknowledged.
+// The same check finds failed storage (a write or fsync error, sticky in the engine and the
+// journals): the bookie then turns read-only until restart, whatever the disk usage or an
+// operator says (the admin API answers 409), so that clients stop picking a bookie where
+// every add fails; reads go on. GET /api/v1/bookie/state says storageFailed.
 //
 // # HTTP
 //

@@ -101,7 +101,8 @@ func writeJSON(w http.ResponseWriter, v any) {
 }
 
 func (b *Bookie) handleState(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, map[string]any{"id": b.id, "readOnly": b.ReadOnly(), "forcedReadOnly": b.forcedReadOnly.Load()})
+	writeJSON(w, map[string]any{"id": b.id, "readOnly": b.ReadOnly(), "forcedReadOnly": b.forcedReadOnly.Load(),
+		"storageFailed": b.storageFailed.Load()})
 }
 
 // handleSetReadOnly takes {"readOnly": true|false} (the field is required). When the
@@ -122,7 +123,11 @@ func (b *Bookie) handleSetReadOnly(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := b.SetReadOnly(bool(*req.ReadOnly)); err != nil {
 		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusServiceUnavailable)
+		if errors.Is(err, ErrStorageFailed) {
+			w.WriteHeader(http.StatusConflict)
+		} else {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
 		json.NewEncoder(w).Encode(map[string]any{"id": b.id, "readOnly": b.ReadOnly(),
 			"forcedReadOnly": b.forcedReadOnly.Load(), "error": err.Error()})
 		return

@@ -92,6 +92,9 @@ func (m *metrics) registerEngine(reg *prometheus.Registry, e *engine.Engine) {
 			func(s engine.Stats) float64 { return float64(s.RejectedAdds) }),
 		counter("ringkeeper_engine_read_cache_hits_total", "Reads served from memory on the event loop.",
 			func(s engine.Stats) float64 { return float64(s.ReadCacheHits) }),
+		counter("ringkeeper_engine_read_errors_total", "Reads that failed on damaged or unreadable data "+
+			"(a checksum mismatch, a read error), never on a missing entry.",
+			func(s engine.Stats) float64 { return float64(s.ReadErrors) }),
 		gauge("ringkeeper_engine_ledgers", "Ledgers held.", func(engine.Stats) float64 { return float64(e.Ledgers()) }),
 	)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ringkeeper/ringkeeper/index"
 	"github.com/ringkeeper/ringkeeper/internal/diskio"
+	"github.com/ringkeeper/ringkeeper/internal/monotime"
 	"github.com/ringkeeper/ringkeeper/journal"
 )
 
@@ -106,6 +107,8 @@ type counters struct {
 	adds             atomic.Uint64
 	reads            atomic.Uint64
 	readCacheHits    atomic.Uint64
+	readErrors       atomic.Uint64
+	readErrorLogged  atomic.Int64 // when a failed read was last logged (monotime)
 	indexWarmedBytes atomic.Int64
 }
 
@@ -116,12 +119,15 @@ type Stats struct {
 	Adds              uint64
 	Reads             uint64
 	ReadCacheHits     uint64
-	Flushes           uint64
-	FlushedEntries    uint64
-	FlushedBytes      uint64
-	FlushSeconds      float64
-	ThrottledAdds     uint64
-	RejectedAdds      uint64
+	// ReadErrors counts reads that failed on damaged or unreadable data (ErrIO: a checksum
+	// mismatch, a read error), never those of a missing entry.
+	ReadErrors     uint64
+	Flushes        uint64
+	FlushedEntries uint64
+	FlushedBytes   uint64
+	FlushSeconds   float64
+	ThrottledAdds  uint64
+	RejectedAdds   uint64
 	// WriteCacheBytes is the bytes held by the active write-cache halves; WriteCacheCapacity
 	// their total capacity (both halves).
 	WriteCacheBytes    int64
@@ -138,6 +144,7 @@ func (e *Engine) Stats() Stats {
 		Adds:              e.counters.adds.Load(),
 		Reads:             e.counters.reads.Load(),
 		ReadCacheHits:     e.counters.readCacheHits.Load(),
+		ReadErrors:        e.counters.readErrors.Load(),
 		IndexWarmedBytes:  e.counters.indexWarmedBytes.Load(),
 	}
 	for _, d := range e.dirs {
@@ -353,6 +360,20 @@ func (e *Engine) dir(ledgerID int64) *ledgerDir { return e.dirs[journal.Index(le
 func (e *Engine) Err() error {
 	if p := e.failed.Load(); p != nil {
 		return *p
+	}
+	return nil
+}
+
+// Failure returns the first sticky failure of the engine or of a journal (a failed write or
+// fsync): nil while the engine can still take adds. Only a restart clears it.
+func (e *Engine) Failure() error {
+	if err := e.Err(); err != nil {
+		return err
+	}
+	for _, j := range e.journals.Journals() {
+		if err := j.Err(); err != nil {
+			return fmt.Errorf("%w: journal %s: %w", ErrFailed, j.Dir(), err)
+		}
 	}
 	return nil
 }
@@ -675,6 +696,7 @@ func (e *Engine) Read(ledgerID, entryID int64, dst []byte) ([]byte, error) {
 	if entryID == -1 {
 		last, found, err := d.lastEntry(ledgerID)
 		if err != nil {
+			e.readFailed(ledgerID, entryID, err)
 			return dst, err
 		}
 		if !found {
@@ -683,7 +705,28 @@ func (e *Engine) Read(ledgerID, entryID int64, dst []byte) ([]byte, error) {
 		entryID = last
 	}
 	e.counters.reads.Add(1)
-	return d.get(ledgerID, entryID, dst)
+	out, err := d.get(ledgerID, entryID, dst)
+	if err != nil {
+		e.readFailed(ledgerID, entryID, err)
+	}
+	return out, err
+}
+
+// readFailedLogInterval spaces the log lines of failed reads: a scan of a damaged log fails
+// every read.
+const readFailedLogInterval = int64(time.Second)
+
+// readFailed counts and reports a read that failed on damaged or unreadable data.
+func (e *Engine) readFailed(ledgerID, entryID int64, err error) {
+	if !errors.Is(err, ErrIO) {
+		return
+	}
+	n := e.counters.readErrors.Add(1)
+	now, last := monotime.Now(), e.counters.readErrorLogged.Load()
+	if now-last >= readFailedLogInterval && e.counters.readErrorLogged.CompareAndSwap(last, now) {
+		e.log.Error("read failed on damaged or unreadable data", "ledger", ledgerID, "entry", entryID,
+			"read_errors", n, "err", err)
+	}
 }
 
 // ReadCached is Read from memory only: found is false when the entry would need disk I/O (or

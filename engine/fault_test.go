@@ -69,6 +69,13 @@ func TestBitFlipInEntryLogIsAnIOError(t *testing.T) {
 			// Neighbours are fine.
 			mustRead(t, e, 5, 6)
 			mustRead(t, e, 5, 8)
+			// The damage is counted (ringkeeper_engine_read_errors_total), and a missing entry is not.
+			if _, err := e.Read(5, 100, nil); !errors.Is(err, ErrNoEntry) {
+				t.Fatalf("read of a missing entry: %v", err)
+			}
+			if n := e.Stats().ReadErrors; n != 1 {
+				t.Fatalf("ReadErrors = %d after one damaged read, want 1", n)
+			}
 		})
 	}
 }
