@@ -12,6 +12,15 @@ import (
 	"github.com/ringkeeper/ringkeeper/bookie"
 )
 
+// smallBookie keeps a test bookie light (clustertest.SmallBookie, which imports this package).
+func smallBookie(cfg *bookie.Config) {
+	cfg.Engine.WriteCacheMaxSize = 16 << 20
+	cfg.Engine.ReadAheadCacheMaxSize = 4 << 20
+	cfg.Engine.IndexBlockCacheSize = 4 << 20
+	cfg.Engine.Journal.MaxFileSize = 32 << 20
+	cfg.Engine.EntryLogSizeLimit = 32 << 20
+}
+
 // TestStartMovesABookieWhosePortWasTaken: the port picked for a new bookie is taken by someone
 // else before the bookie binds it; Start must start that bookie on another port.
 func TestStartMovesABookieWhosePortWasTaken(t *testing.T) {
@@ -24,11 +33,7 @@ func TestStartMovesABookieWhosePortWasTaken(t *testing.T) {
 	c, err := Start(context.Background(), Config{
 		DataDir: t.TempDir(), Bookies: 2, UnsafeNoFsync: true, Logger: slog.New(slog.DiscardHandler),
 		Bookie: func(i int, cfg *bookie.Config) {
-			cfg.Engine.WriteCacheMaxSize = 16 << 20
-			cfg.Engine.ReadAheadCacheMaxSize = 4 << 20
-			cfg.Engine.IndexBlockCacheSize = 4 << 20
-			cfg.Engine.Journal.MaxFileSize = 32 << 20
-			cfg.Engine.EntryLogSizeLimit = 32 << 20
+			smallBookie(cfg)
 			if i == 0 {
 				cfg.BookiePort = takenPort // as if another process took the picked port
 			}
@@ -69,11 +74,7 @@ func TestStartKeepsAnExistingBookieWhosePortIsTaken(t *testing.T) {
 	cfg := Config{
 		DataDir: dir, Bookies: 1, UnsafeNoFsync: true, Logger: slog.New(slog.DiscardHandler),
 		Bookie: func(i int, cfg *bookie.Config) {
-			cfg.Engine.WriteCacheMaxSize = 16 << 20
-			cfg.Engine.ReadAheadCacheMaxSize = 4 << 20
-			cfg.Engine.IndexBlockCacheSize = 4 << 20
-			cfg.Engine.Journal.MaxFileSize = 32 << 20
-			cfg.Engine.EntryLogSizeLimit = 32 << 20
+			smallBookie(cfg)
 			cfg.BookieID = "bookie-" + strconv.Itoa(i)
 			if takenPort != 0 {
 				cfg.BookiePort = takenPort
