@@ -21,7 +21,9 @@
 // callback on). A writer whose ledger another client recovered learns it with ErrLedgerFenced
 // (and ErrLedgerClosed once the recovery closed it), from its adds, an ensemble change or
 // Close; with no bookie to replace a failed one the handle fails (ErrNotEnoughBookies) and
-// Close still closes it at its LAC.
+// Close still closes it at its LAC. A bookie that answers an add EBADREQ (an entry within
+// Config.Transport.MaxFrameSize but over the bookie's nettyMaxFrameSizeBytes) fails the handle
+// with ErrEntryTooLarge and no ensemble change: any bookie would be sent the same entry.
 //
 // A client has at most Config.MaxPendingAdds adds in flight, all ledgers together; an append
 // over that is refused at once with ErrTooManyPendingAdds (not written, no entry id taken, the

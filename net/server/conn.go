@@ -54,6 +54,8 @@ type connState struct {
 	// immediateRead: bytes of cached read responses in immediate, not yet counted in
 	// Server.unwrittenReads (counted when the immediate buffer is handed on).
 	immediateRead int
+	// skip: bytes still to discard of an oversize add answered already (see oversize).
+	skip int
 
 	// Owner of the queue's spare buffers: the goroutine that writes (the event loop, or the TLS
 	// writer goroutine).

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/binary"
 	"fmt"
 	"runtime/debug"
 
@@ -23,6 +24,44 @@ type addOp struct {
 	ledgerID int64
 	entryID  int64
 	start    int64 // monotime.Now at decode
+}
+
+// oversizeAddHead is the start of an add frame that names its entry: length prefix, header,
+// master key and the stored entry's 32-byte header.
+const oversizeAddHead = protocol.LengthPrefixSize + protocol.HeaderSize + protocol.MasterKeyLength + protocol.StoredEntryHeaderSize
+
+// oversize decides what to do with a frame over MaxFrameSize whose first bytes are head. An
+// add (on an authenticated connection, where authentication is on) is answered EBADREQ and
+// its bytes are then discarded as they arrive, never buffered: closing the connection, as
+// Netty's frame decoder does, fails every request in flight on it, of every ledger, and
+// clients take that for a bookie failure and change ensembles (BookKeeper #2357). Anything
+// else closes the connection, as the stream may be out of step. skip > 0: discard that many
+// bytes, from head's start; wait: read more first; neither: close.
+func (cc *connState) oversize(head []byte) (skip int, wait bool) {
+	s := cc.srv
+	if len(head) < protocol.LengthPrefixSize+protocol.HeaderSize {
+		return 0, true
+	}
+	h := protocol.ParseHeader(binary.BigEndian.Uint32(head[protocol.LengthPrefixSize:]))
+	if h.Op != protocol.OpAddEntry || (s.cfg.Auth != nil && !cc.authed) {
+		return 0, false
+	}
+	if len(head) < oversizeAddHead {
+		return 0, true
+	}
+	// The head decodes as an add with an empty payload (its ids and master key).
+	req := &cc.req
+	if err := protocol.DecodeRequest(head[protocol.LengthPrefixSize:oversizeAddHead], req); err != nil ||
+		req.Header.Op != protocol.OpAddEntry {
+		return 0, false
+	}
+	size := int(binary.BigEndian.Uint32(head)) + protocol.LengthPrefixSize
+	s.stats.badRequests.Add(1)
+	s.metrics.observeAdd(monotime.Now(), false)
+	s.log.Warn("server: add over the frame limit (nettyMaxFrameSizeBytes) answered EBADREQ", "remote", cc.remote,
+		"ledger", req.Add.LedgerID, "entry", req.Add.EntryID, "size", size, "limit", s.cfg.MaxFrameSize)
+	cc.immediate = req.Add.AppendResponse(cc.immediate, protocol.EBADREQ)
+	return size, false
 }
 
 // handleFrame decodes one request frame (the bytes after the length prefix, aliasing the

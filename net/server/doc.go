@@ -107,9 +107,14 @@
 // responses. On the TLS path the reader simply stops reading while paused and TCP pushes back,
 // so nothing is closed there.
 //
-// Frames: a length prefix announcing more than MaxFrameSize (nettyMaxFrameSizeBytes, 5 MiB,
-// prefix included) closes the connection when its first 4 bytes arrive, before anything is
-// allocated for it. ReadBufferCap (default MaxFrameSize, rounded up by gnet to a power of two)
+// Frames: a frame announcing more than MaxFrameSize (nettyMaxFrameSizeBytes, 5 MiB, prefix
+// included) is never buffered. An add (on an authenticated connection, where authentication
+// is on) is answered EBADREQ once its ids have arrived, and its remaining bytes are discarded
+// as they come; the connection goes on. Netty instead closes the connection, which fails every
+// request in flight on it, of every ledger, and clients whose own limit is larger take that
+// for a bookie failure and change ensembles across the cluster (BookKeeper #2357); this
+// client fails the ledger with ErrEntryTooLarge on EBADREQ instead. Any other oversize frame
+// closes the connection once its header has arrived, before anything is allocated for it. ReadBufferCap (default MaxFrameSize, rounded up by gnet to a power of two)
 // is gnet's per-loop read buffer, so one read can take a whole frame.
 //
 // # Bad input and failures

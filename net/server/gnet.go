@@ -265,6 +265,14 @@ func (g *gnetConn) decode() (closeConn bool) {
 			return false
 		}
 		n := c.InboundBuffered()
+		if cc.skip > 0 { // the rest of an oversize add answered already
+			if n == 0 {
+				break
+			}
+			d, _ := c.Discard(min(cc.skip, n))
+			cc.skip -= d
+			continue
+		}
 		if n < protocol.LengthPrefixSize {
 			break
 		}
@@ -273,6 +281,17 @@ func (g *gnetConn) decode() (closeConn bool) {
 			break
 		}
 		size, _, err := protocol.SplitFrame(prefix, s.cfg.MaxFrameSize)
+		if errors.Is(err, protocol.ErrFrameTooLarge) {
+			head, _ := c.Peek(min(n, oversizeAddHead))
+			skip, wait := cc.oversize(head)
+			if wait {
+				break
+			}
+			if skip > 0 {
+				cc.skip = skip
+				continue
+			}
+		}
 		if err != nil {
 			s.closeFor(cc, closeProtocol, err)
 			return true

@@ -218,6 +218,44 @@ func TestOversizeFrameClosed(t *testing.T) {
 		})
 }
 
+// TestOversizeAddAnswered (BookKeeper #2357): an add over MaxFrameSize, from a client whose
+// own limit is larger, is answered EBADREQ and its bytes are skipped; the connection, and the
+// adds pipelined on it around the oversize one, go on.
+func TestOversizeAddAnswered(t *testing.T) {
+	const limit = 64 << 10
+	transports(t, []envOption{withConfig(func(c *Config) { c.MaxFrameSize = limit })},
+		func(t *testing.T, env *testEnv, dial func() *servertest.Client) {
+			c := dial()
+			var raw []byte
+			for i, data := range []string{"before", string(make([]byte, 3*limit)), "after"} {
+				b, err := protocol.AppendAddRequest(nil, protocol.AddRequest{Header: protocol.Header{Version: 2},
+					MasterKey: keyA, Entry: entry(1, int64(i), data)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				raw = append(raw, b...)
+			}
+			go func() { // the server answers while the rest is being written
+				_ = c.SendRaw(raw)
+				_ = c.Flush()
+			}()
+			want := map[int64]protocol.ReturnCode{0: protocol.EOK, 1: protocol.EBADREQ, 2: protocol.EOK}
+			for range len(want) {
+				resp, err := c.Recv()
+				if rc, ok := want[resp.Add.EntryID]; err != nil || !ok || resp.Header.Op != protocol.OpAddEntry || resp.Add.RC != rc {
+					t.Fatalf("response %+v, %v; want %v", resp.Add, err, want)
+				}
+				delete(want, resp.Add.EntryID)
+			}
+			mustAdd(t, c, keyA, entry(1, 3, "still served"), 0, protocol.EOK)
+			mustRead(t, c, 1, 2, protocol.EOK)
+			mustRead(t, c, 1, 1, protocol.ENOENTRY)
+			if st := env.srv.Stats(); st.ProtocolCloses != 0 || st.BadRequests != 1 {
+				t.Errorf("ProtocolCloses %d BadRequests %d, want 0 and 1", st.ProtocolCloses, st.BadRequests)
+			}
+		})
+}
+
 func TestGarbage(t *testing.T) {
 	transports(t, nil, func(t *testing.T, env *testEnv, dial func() *servertest.Client) {
 		good := dial()

@@ -194,7 +194,26 @@ func (t *stdConn) decodeBuffered(b *stdReadBuffer) (closeConn bool) {
 	defer t.cc.queueImmediate()
 	limit := int64(s.cfg.MaxOutboundBytesPerConnection)
 	for !s.draining.Load() && t.cc.outbound()+int64(len(t.cc.immediate)) <= limit {
+		if t.cc.skip > 0 { // the rest of an oversize add answered already
+			d := min(t.cc.skip, b.w-b.r)
+			b.r += d
+			t.cc.skip -= d
+			if t.cc.skip > 0 {
+				return false
+			}
+			continue
+		}
 		size, complete, err := protocol.SplitFrame(b.buf[b.r:b.w], s.cfg.MaxFrameSize)
+		if errors.Is(err, protocol.ErrFrameTooLarge) {
+			skip, wait := t.cc.oversize(b.buf[b.r:b.w])
+			if wait {
+				return false
+			}
+			if skip > 0 {
+				t.cc.skip = skip
+				continue
+			}
+		}
 		if err != nil {
 			s.closeFor(&t.cc, closeProtocol, err)
 			return true

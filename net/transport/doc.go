@@ -91,7 +91,8 @@
 //
 // MaxFrameSize (nettyMaxFrameSizeBytes, length prefix included) bounds frames both ways: an
 // add that would exceed it fails locally with ErrEntryTooLarge before anything is sent (an
-// oversize entry must not look like a bookie failure), and a response frame announcing more
+// oversize entry must not look like a bookie failure; one within this limit but over a
+// bookie's is answered EBADREQ by a ringkeeper bookie), and a response frame announcing more
 // closes the connection before anything is allocated for it.
 //
 // # Memory
