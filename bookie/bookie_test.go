@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/ringkeeper/ringkeeper/engine"
 	"github.com/ringkeeper/ringkeeper/internal/diskio"
+	"github.com/ringkeeper/ringkeeper/journal"
 	"github.com/ringkeeper/ringkeeper/metadata"
 	"github.com/ringkeeper/ringkeeper/metadata/metadatatest"
 	"github.com/ringkeeper/ringkeeper/net/protocol"
@@ -354,5 +356,83 @@ func TestFailedStorageTurnsReadOnlyForGood(t *testing.T) {
 	}
 	if rc, data, err := c.Read(6, 0); err != nil || rc != protocol.EOK || !bytes.Equal(data, entry(6, 0)) {
 		t.Fatalf("read on a failed bookie: %v %v", rc, err)
+	}
+}
+
+// crash stops b as a power loss would: the returned FS holds only what was synced, and b's
+// own FS fails every later operation (its Close writes nothing more: no final checkpoint).
+func crash(t *testing.T, b *Bookie, fs *diskio.Mem) *diskio.Mem {
+	t.Helper()
+	crashed := fs.Crash(diskio.CrashSyncedOnly, nil)
+	b.Close(context.Background())
+	return crashed
+}
+
+// TestJournalCorruptionInTheMiddleStopsStart: a journal record damaged where valid groups
+// follow must stop the bookie with an error naming the file and offset; it must never come up
+// and answer "no such entry" for the ledger (reliability §5.5).
+func TestJournalCorruptionInTheMiddleStopsStart(t *testing.T) {
+	uri := metadatatest.URI(t)
+	cfg := testConfig(t, uri, t.TempDir())
+	fs := diskio.NewMem(4096)
+	cfg.Engine.FS = fs
+	b := start(t, cfg)
+	c := dial(t, b)
+	for e := int64(0); e < 20; e++ { // one journal group each
+		if rc, err := c.Add(key, entry(8, e), 0); err != nil || rc != protocol.EOK {
+			t.Fatalf("add %d: %v %v", e, rc, err)
+		}
+	}
+	c.Close()
+	crashed := crash(t, b, fs)
+	jdir := filepath.Join(cfg.Engine.JournalDirs[0], "current")
+	names, err := crashed.List(jdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var path string
+	var off int64 = -1
+	for _, name := range names {
+		if !strings.HasSuffix(name, ".txn") {
+			continue
+		}
+		path = filepath.Join(jdir, name)
+		data, err := diskio.ReadFile(crashed, path, 1<<30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := bytes.Index(data, entry(8, 5)); i >= 0 {
+			f, err := crashed.Open(path, diskio.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt([]byte{data[i+100] ^ 0x04}, int64(i+100)); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			off = int64(i) - 32 // the journal record's header precedes the stored entry
+			break
+		}
+	}
+	if off < 0 {
+		t.Fatalf("entry 8/5 not found in the journal files %v", names)
+	}
+	cfg.Engine.FS = crashed
+	b2, err := Start(context.Background(), cfg)
+	if err == nil {
+		c := dial(t, b2)
+		rc, _, rerr := c.Read(8, 5)
+		b2.Close(context.Background())
+		t.Fatalf("the bookie started on a journal damaged in the middle (read 8/5: %v %v)", rc, rerr)
+	}
+	if !errors.Is(err, journal.ErrCorruption) {
+		t.Fatalf("start: %v, want journal.ErrCorruption", err)
+	}
+	if want := fmt.Sprintf("%s offset %d", path, off); !strings.Contains(err.Error(), want) {
+		t.Fatalf("start: %q does not name %q", err, want)
+	}
+	md := metadatatest.Open(t, uri)
+	if all, err := md.Bookies().List(context.Background(), metadata.ListAll); err != nil || len(all) != 0 {
+		t.Fatalf("registered after a failed start: %v %v", all, err)
 	}
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/internal/diskio"
+	"github.com/ringkeeper/ringkeeper/journal"
 )
 
 // flipInEntryLog flips one byte of the first copy of needle found in the dir's entry logs.
@@ -226,4 +228,102 @@ func TestBitFlipInIndexIsNeverNoEntry(t *testing.T) {
 		}
 	}
 	t.Logf("%d flips of %v", flips, names)
+}
+
+// journalWithEntries adds entries [0, n) of ledger l, one journal group each, crashes (power
+// loss, no final checkpoint) and returns the crashed FS, the path of the journal file that holds
+// them, its bytes, and the offset of each entry's record, so that replay must read them all.
+func journalWithEntries(t *testing.T, cfg Config, fs *diskio.Mem, l, n int64) (*diskio.Mem, string, []byte, []int64) {
+	t.Helper()
+	e := openTest(t, cfg)
+	for en := range n {
+		if err := addSync(e, testKey, storedEntry(l, en), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	crashed := fs.Crash(diskio.CrashSyncedOnly, nil)
+	e.fail(errTestCrash) // the process is gone: no final checkpoint
+	e.Close()
+	jdir := filepath.Join(cfg.JournalDirs[0], currentDir)
+	names, err := crashed.List(jdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		if !strings.HasSuffix(name, ".txn") {
+			continue
+		}
+		path := filepath.Join(jdir, name)
+		data, err := diskio.ReadFile(crashed, path, 1<<30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var offsets []int64
+		for en := range n {
+			i := bytes.Index(data, storedEntry(l, en))
+			if i < 0 {
+				break
+			}
+			offsets = append(offsets, int64(i)-32) // the record header precedes the payload
+		}
+		if len(offsets) == int(n) {
+			return crashed, path, data, offsets
+		}
+	}
+	t.Fatalf("no journal file in %s holds all %d entries of ledger %d", jdir, n, l)
+	return nil, "", nil, nil
+}
+
+// TestJournalCorruptionInTheMiddleRefusesOpen: damage to a journal record that valid groups
+// follow is corruption, not a torn tail: Open must fail naming the file and offset, never drop
+// the rest of the journal and serve the ledger's later entries as absent (reliability §5.5).
+func TestJournalCorruptionInTheMiddleRefusesOpen(t *testing.T) {
+	const n = 20
+	for _, tc := range []struct {
+		name   string
+		damage func(data []byte, offsets []int64)
+		// at is the record whose offset the error names.
+		at int
+	}{
+		{"bit flip in a payload", func(data []byte, offsets []int64) { data[offsets[7]+32+40] ^= 0x10 }, 7},
+		{"bit flip in a header", func(data []byte, offsets []int64) { data[offsets[7]+12] ^= 0x01 }, 7},
+		// A 4 KiB write that landed on the wrong block: every record in it verifies, but it
+		// holds entry 3's group where entry 9's belongs.
+		{"misdirected block", func(data []byte, offsets []int64) {
+			from, to := offsets[3]&^4095, offsets[9]&^4095
+			copy(data[to:to+4096], data[from:from+4096])
+		}, 9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := diskio.NewMem(4096)
+			cfg := testConfig(t, fs, 1)
+			crashed, path, data, offsets := journalWithEntries(t, cfg, fs, 5, n)
+			tc.damage(data, offsets)
+			f, err := crashed.Open(path, diskio.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt(data, 0); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			cfg.FS = crashed
+			e, err := Open(cfg)
+			if err == nil {
+				defer e.Close()
+				for en := int64(0); en < n; en++ {
+					if _, rerr := e.Read(5, en, nil); rerr != nil {
+						t.Errorf("read 5/%d: %v", en, rerr)
+					}
+				}
+				t.Fatal("Open succeeded on a journal damaged in the middle")
+			}
+			if !errors.Is(err, journal.ErrCorruption) {
+				t.Fatalf("Open: %v, want journal.ErrCorruption", err)
+			}
+			if want := fmt.Sprintf("%s offset %d", path, offsets[tc.at]); !strings.Contains(err.Error(), want) {
+				t.Fatalf("Open: %q does not name %q", err, want)
+			}
+		})
+	}
 }
