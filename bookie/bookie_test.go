@@ -368,6 +368,18 @@ func crash(t *testing.T, b *Bookie, fs *diskio.Mem) *diskio.Mem {
 	return crashed
 }
 
+// memUsed is how many bytes fs holds; it leaves fs unbounded (capacity 0) for the caller to
+// bound again.
+func memUsed(t *testing.T, fs *diskio.Mem) uint64 {
+	t.Helper()
+	fs.SetCapacity(0)
+	total, free, err := fs.Usage("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return total - free
+}
+
 // TestJournalCorruptionInTheMiddleStopsStart: a journal record damaged where valid groups
 // follow must stop the bookie with an error naming the file and offset; it must never come up
 // and answer "no such entry" for the ledger (reliability §5.5).
@@ -434,5 +446,106 @@ func TestJournalCorruptionInTheMiddleStopsStart(t *testing.T) {
 	md := metadatatest.Open(t, uri)
 	if all, err := md.Bookies().List(context.Background(), metadata.ListAll); err != nil || len(all) != 0 {
 		t.Fatalf("registered after a failed start: %v %v", all, err)
+	}
+}
+
+// waitReadOnly waits until b's mode is ro, then checks that its registration shows it.
+func waitReadOnly(t *testing.T, b *Bookie, md metadata.Driver, ro bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for b.ReadOnly() != ro && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if b.ReadOnly() != ro {
+		t.Fatalf("read-only %v, want %v", b.ReadOnly(), ro)
+	}
+	filter := metadata.ListWritable
+	if ro {
+		filter = metadata.ListReadOnly
+	}
+	for {
+		got, err := md.Bookies().List(context.Background(), filter)
+		if err == nil && len(got) == 1 && got[0].ID == b.ID() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("registration does not show read-only %v: %v %v", ro, got, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestReplayOnAFullDiskAndReadOnlyModes: a bookie that crashed restarts on a disk above
+// diskUsageThreshold: the journal replays, it comes up read-only and serves the replayed
+// entries; below diskUsageLwmThreshold it turns writable again, unless an operator forced
+// read-only mode, which the disk checker's ticks leave alone (reliability §5.11).
+func TestReplayOnAFullDiskAndReadOnlyModes(t *testing.T) {
+	uri := metadatatest.URI(t)
+	md := metadatatest.Open(t, uri)
+	cfg := testConfig(t, uri, t.TempDir())
+	cfg.DiskCheckInterval = 20 * time.Millisecond
+	cfg.DiskUsageThreshold, cfg.DiskUsageWarnThreshold, cfg.DiskUsageLwmThreshold = 0.9, 0.85, 0.8
+	fs := diskio.NewMem(4096)
+	cfg.Engine.FS = fs
+	b := start(t, cfg)
+	c := dial(t, b)
+	for e := int64(0); e < 20; e++ {
+		if rc, err := c.Add(key, entry(9, e), 0); err != nil || rc != protocol.EOK {
+			t.Fatalf("add %d: %v %v", e, rc, err)
+		}
+	}
+	c.Close()
+	crashed := crash(t, b, fs)
+	// Above 90% full before the restart, and still after it (a restart writes about 2 MiB:
+	// a checkpoint and the next journal file's first blocks).
+	crashed.SetCapacity(memUsed(t, crashed) + 6<<20)
+	cfg.Engine.FS = crashed
+	b = start(t, cfg)
+	if usage, _, _, _ := b.Engine().Usage(); usage < cfg.DiskUsageThreshold {
+		t.Fatalf("usage %.3f after the restart, want above %.2f", usage, cfg.DiskUsageThreshold)
+	}
+	if !b.ReadOnly() {
+		t.Fatal("bookie on a full disk came up writable")
+	}
+	waitReadOnly(t, b, md, true)
+	c = dial(t, b)
+	for e := int64(0); e < 20; e++ {
+		if rc, got, err := c.Read(9, e); err != nil || rc != protocol.EOK || !bytes.Equal(got, entry(9, e)) {
+			t.Fatalf("read 9/%d replayed on a full disk: %v %v", e, rc, err)
+		}
+	}
+	if rc, err := c.Add(key, entry(9, 20), 0); err != nil || rc != protocol.EREADONLY {
+		t.Fatalf("add on a full disk: %v %v", rc, err)
+	}
+
+	// Below the low-water mark: writable again.
+	crashed.SetCapacity(0)
+	waitReadOnly(t, b, md, false)
+	if rc, err := c.Add(key, entry(9, 20), 0); err != nil || rc != protocol.EOK {
+		t.Fatalf("add after the disk drained: %v %v", rc, err)
+	}
+
+	// Forced read-only stays so when the disk is full, then drains, over many ticks.
+	if err := b.SetReadOnly(true); err != nil {
+		t.Fatal(err)
+	}
+	crashed.SetCapacity(memUsed(t, crashed) + 4<<20)
+	time.Sleep(5 * cfg.DiskCheckInterval)
+	crashed.SetCapacity(0)
+	time.Sleep(10 * cfg.DiskCheckInterval)
+	waitReadOnly(t, b, md, true)
+	if rc, err := c.Add(key, entry(9, 21), 0); err != nil || rc != protocol.EREADONLY {
+		t.Fatalf("add to a bookie forced read-only: %v %v", rc, err)
+	}
+	if rc, _, err := c.Read(9, 20); err != nil || rc != protocol.EOK {
+		t.Fatalf("read on a bookie forced read-only: %v %v", rc, err)
+	}
+	// The operator lets go: writable.
+	if err := b.SetReadOnly(false); err != nil {
+		t.Fatal(err)
+	}
+	waitReadOnly(t, b, md, false)
+	if rc, err := c.Add(key, entry(9, 21), 0); err != nil || rc != protocol.EOK {
+		t.Fatalf("add after the operator let go: %v %v", rc, err)
 	}
 }
