@@ -1,8 +1,10 @@
 package bookie
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/engine"
+	"github.com/ringkeeper/ringkeeper/internal/diskio"
 	"github.com/ringkeeper/ringkeeper/metadata"
 	"github.com/ringkeeper/ringkeeper/metadata/metadatatest"
 	"github.com/ringkeeper/ringkeeper/net/protocol"
@@ -164,5 +167,117 @@ isThrottleByBytes=true
 	cfg.Engine.GC.MinorThreshold = 0.9
 	if err := cfg.Validate(); err == nil {
 		t.Fatal("a minor threshold above the major one was accepted")
+	}
+}
+
+// listingStore is the metadata store with a listing that lacks some ledgers (an empty listing
+// when keep is nil); point reads see every ledger.
+type listingStore struct {
+	metadata.LedgerStore
+	keep func(id int64) bool
+}
+
+func (s listingStore) List(ctx context.Context, start int64, limit int) ([]int64, bool, error) {
+	ids, more, err := s.LedgerStore.List(ctx, start, limit)
+	var kept []int64
+	for _, id := range ids {
+		if s.keep != nil && s.keep(id) {
+			kept = append(kept, id)
+		}
+	}
+	return kept, more && len(kept) > 0, err
+}
+
+// TestGCWithAnIncompleteListingDeletesNoLiveLedger runs the engine's garbage collector on the
+// bookie's ledgerChecker over a real metadata store whose listing lacks live ledgers (or lists
+// none): only the ledger a point read finds gone is deleted; every other ledger's entries read
+// back, after compaction and after a restart (reliability §5.12, BookKeeper #870).
+func TestGCWithAnIncompleteListingDeletesNoLiveLedger(t *testing.T) {
+	uri := metadatatest.URI(t)
+	md := metadatatest.Open(t, uri)
+	ctx := context.Background()
+	var ids []int64
+	for range 6 {
+		id, _, err := metadata.CreateLedger(ctx, md, metadatatest.Ledger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	gone, live := ids[0], ids[1:]
+	if err := md.Ledgers().Delete(ctx, gone, metadata.AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		keep func(int64) bool
+	}{
+		{"empty listing", nil},
+		{"listing lacks live ledgers", func(id int64) bool { return id != ids[2] && id != ids[4] }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t, uri, t.TempDir())
+			ecfg := cfg.Engine
+			ecfg.FS = diskio.NewMem(4096)
+			ecfg.BookieID, ecfg.InstanceID = "127.0.0.1:3181", "test-instance"
+			ecfg.Journal.MaxRecordSize = 64 << 10
+			ecfg.EntryLogSizeLimit = 1 << 20 // several logs, so compaction has work
+			ecfg.GC.WaitTime = time.Hour
+			ecfg.GC.MetadataOpRate = 0
+			ecfg.GC.ForceAllowWhenNoSpace = true
+			ecfg.GC.MajorThreshold = 0.9 // the logs end up 5/6 live
+			ecfg.GC.Checker = ledgerChecker{listingStore{md.Ledgers(), tc.keep}}
+			e, err := engine.Open(ecfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { e.Close() }()
+			const n = 600
+			for en := int64(0); en < n; en++ {
+				for _, id := range ids {
+					done := make(chan error, 1)
+					if err := e.Add(key[:], entry(id, en), false, func(_ any, err error) { done <- err }, nil); err != nil {
+						t.Fatal(err)
+					}
+					if err := <-done; err != nil {
+						t.Fatal(err)
+					}
+				}
+				if en%100 == 99 {
+					if err := e.Checkpoint(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			check := func(when string) {
+				t.Helper()
+				for _, id := range live {
+					for en := int64(0); en < n; en++ {
+						if got, err := e.Read(id, en, nil); err != nil || !bytes.Equal(got, entry(id, en)) {
+							t.Fatalf("%s: live ledger %d entry %d: %v", when, id, en, err)
+						}
+					}
+				}
+				if _, err := e.Read(gone, 0, nil); !errors.Is(err, engine.ErrNoLedger) {
+					t.Fatalf("%s: ledger %d gone from metadata: read gives %v", when, gone, err)
+				}
+			}
+			if err := e.RunGC(ctx, &engine.GCRequest{ForceMajor: true}); err != nil {
+				t.Fatal(err)
+			}
+			check("after gc")
+			// Not vacuous: the run deleted the gone ledger and compacted logs.
+			if st := e.GCStatus(); st.DeletedLedgers != 1 || st.RemovedLogs+st.CompactedLogs == 0 {
+				t.Fatalf("gc: deleted %d ledgers, removed %d and compacted %d logs; want 1 ledger deleted and logs reclaimed",
+					st.DeletedLedgers, st.RemovedLogs, st.CompactedLogs)
+			}
+			if err := e.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if e, err = engine.Open(ecfg); err != nil {
+				t.Fatal(err)
+			}
+			check("after a restart")
+		})
 	}
 }
