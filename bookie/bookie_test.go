@@ -549,3 +549,82 @@ func TestReplayOnAFullDiskAndReadOnlyModes(t *testing.T) {
 		t.Fatalf("add after the operator let go: %v %v", rc, err)
 	}
 }
+
+// TestCookieMissingFromTheMetadataStore: a bookie whose cookie is gone from the metadata store
+// but present in every one of its dirs is the same bookie (its dirs agree on it): it starts,
+// puts the cookie back and serves its ledgers, never as absent (reliability §5.13).
+func TestCookieMissingFromTheMetadataStore(t *testing.T) {
+	uri := metadatatest.URI(t)
+	md := metadatatest.Open(t, uri)
+	cfg := testConfig(t, uri, t.TempDir())
+	b := start(t, cfg)
+	c := dial(t, b)
+	for e := int64(0); e < 10; e++ {
+		if rc, err := c.Add(key, entry(11, e), 0); err != nil || rc != protocol.EOK {
+			t.Fatalf("add %d: %v %v", e, rc, err)
+		}
+	}
+	c.Close()
+	id := b.ID()
+	b.Close(context.Background())
+	ctx := context.Background()
+	if err := md.Cookies().Delete(ctx, id, metadata.AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	b = start(t, cfg)
+	c = dial(t, b)
+	for e := int64(0); e < 10; e++ {
+		if rc, got, err := c.Read(11, e); err != nil || rc != protocol.EOK || !bytes.Equal(got, entry(11, e)) {
+			t.Fatalf("read 11/%d after the store lost the cookie: %v %v", e, rc, err)
+		}
+	}
+	stored, _, err := md.Cookies().Read(ctx, id)
+	if err != nil || !bytes.Equal(stored, b.Engine().Cookie().Encode()) {
+		t.Fatalf("the store's cookie after the restart: %q %v", stored, err)
+	}
+}
+
+// TestEmptiedJournalDirIsRefused: a journal dir emptied while the ledger dirs keep their data
+// (and cookies) stops the bookie with a cookie error naming the dir, whether or not the
+// metadata store still holds the cookie: entries journaled since the last checkpoint are gone
+// with it, so the bookie must not serve its ledgers as if whole (reliability §5.13).
+func TestEmptiedJournalDirIsRefused(t *testing.T) {
+	for _, storeLostCookie := range []bool{false, true} {
+		t.Run(fmt.Sprintf("storeLostCookie=%v", storeLostCookie), func(t *testing.T) {
+			uri := metadatatest.URI(t)
+			md := metadatatest.Open(t, uri)
+			cfg := testConfig(t, uri, t.TempDir())
+			b := start(t, cfg)
+			c := dial(t, b)
+			if rc, err := c.Add(key, entry(12, 0), 0); err != nil || rc != protocol.EOK {
+				t.Fatalf("add: %v %v", rc, err)
+			}
+			c.Close()
+			id := b.ID()
+			b.Close(context.Background())
+			if storeLostCookie {
+				if err := md.Cookies().Delete(context.Background(), id, metadata.AnyVersion); err != nil {
+					t.Fatal(err)
+				}
+			}
+			jdir := cfg.Engine.JournalDirs[0]
+			names, err := os.ReadDir(jdir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range names {
+				if err := os.RemoveAll(filepath.Join(jdir, n.Name())); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b2, err := Start(context.Background(), cfg)
+			if err == nil {
+				b2.Close(context.Background())
+				t.Fatal("the bookie started with an emptied journal dir")
+			}
+			if !errors.Is(err, engine.ErrCookie) || !strings.Contains(err.Error(), jdir) {
+				t.Fatalf("start: %v, want a cookie error naming %s", err, jdir)
+			}
+		})
+	}
+}
