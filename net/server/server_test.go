@@ -235,9 +235,13 @@ func TestOversizeAddAnswered(t *testing.T) {
 				}
 				raw = append(raw, b...)
 			}
+			sent := make(chan error, 1)
 			go func() { // the server answers while the rest is being written
-				_ = c.SendRaw(raw)
-				_ = c.Flush()
+				err := c.SendRaw(raw)
+				if err == nil {
+					err = c.Flush()
+				}
+				sent <- err
 			}()
 			want := map[int64]protocol.ReturnCode{0: protocol.EOK, 1: protocol.EBADREQ, 2: protocol.EOK}
 			for range len(want) {
@@ -246,6 +250,9 @@ func TestOversizeAddAnswered(t *testing.T) {
 					t.Fatalf("response %+v, %v; want %v", resp.Add, err, want)
 				}
 				delete(want, resp.Add.EntryID)
+			}
+			if err := <-sent; err != nil { // the client is not safe for concurrent writes
+				t.Fatal(err)
 			}
 			mustAdd(t, c, keyA, entry(1, 3, "still served"), 0, protocol.EOK)
 			mustRead(t, c, 1, 2, protocol.EOK)
