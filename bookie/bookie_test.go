@@ -213,13 +213,7 @@ func TestReadOnlyWhenDiskAboveThreshold(t *testing.T) {
 	cfg.DiskUsageThreshold, cfg.DiskUsageWarnThreshold, cfg.DiskUsageLwmThreshold = 0.001, 0.001, 0.0005
 	b := start(t, cfg)
 	c := dial(t, b)
-	deadline := time.Now().Add(5 * time.Second)
-	for !b.ReadOnly() && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if !b.ReadOnly() {
-		t.Fatal("bookie did not turn read-only")
-	}
+	waitReadOnly(t, b, metadatatest.Open(t, uri), true)
 	if rc, err := c.Add(key, entry(4, 0), 0); err != nil || rc != protocol.EREADONLY {
 		t.Fatalf("add on a read-only bookie: %v %v", rc, err)
 	}
@@ -228,11 +222,6 @@ func TestReadOnlyWhenDiskAboveThreshold(t *testing.T) {
 	}
 	if rc, _, err := c.Read(4, 0); err != nil || rc != protocol.EOK {
 		t.Fatalf("read on a read-only bookie: %v %v", rc, err)
-	}
-	md := metadatatest.Open(t, uri)
-	ro, err := md.Bookies().List(context.Background(), metadata.ListReadOnly)
-	if err != nil || len(ro) != 1 {
-		t.Fatalf("registration not read-only: %v %v", ro, err)
 	}
 }
 
@@ -336,17 +325,7 @@ func TestFailedStorageTurnsReadOnlyForGood(t *testing.T) {
 		t.Fatalf("add with a failing fsync: %v %v, want EIO", rc, err)
 	}
 	fs.SetInjector(nil)
-	deadline := time.Now().Add(5 * time.Second)
-	for !b.ReadOnly() && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if !b.ReadOnly() {
-		t.Fatal("bookie with failed storage did not turn read-only")
-	}
-	md := metadatatest.Open(t, uri)
-	if ro, err := md.Bookies().List(context.Background(), metadata.ListReadOnly); err != nil || len(ro) != 1 {
-		t.Fatalf("registration not read-only: %v %v", ro, err)
-	}
+	waitReadOnly(t, b, metadatatest.Open(t, uri), true)
 	if err := b.SetReadOnly(false); !errors.Is(err, ErrStorageFailed) || !b.ReadOnly() {
 		t.Fatalf("operator made a failed bookie writable: %v, read-only %v", err, b.ReadOnly())
 	}
