@@ -48,6 +48,8 @@ const (
 	DefaultAddTimeout = 5 * time.Second
 	// DefaultReadTimeout is readTimeout.
 	DefaultReadTimeout = 5 * time.Second
+	// DefaultIdleConnectionTTL is how long a pool keeps a connection that is down and unused.
+	DefaultIdleConnectionTTL = 10 * time.Minute
 	// DefaultReconnectMin and DefaultReconnectMax bound the reconnect backoff.
 	DefaultReconnectMin = 100 * time.Millisecond
 	DefaultReconnectMax = 5 * time.Second
@@ -92,6 +94,11 @@ type Config struct {
 	// ReconnectMax. Requests made during the backoff fail at once with ErrConnection.
 	// Defaults DefaultReconnectMin and DefaultReconnectMax.
 	ReconnectMin, ReconnectMax time.Duration
+	// IdleConnectionTTL: a connection that is down (lost, or never made) and has had no
+	// request for this long is forgotten, so that a long-running client whose bookies come
+	// and go under new addresses does not keep one per address it ever used. A later request
+	// on it makes it anew. Default DefaultIdleConnectionTTL.
+	IdleConnectionTTL time.Duration
 	// MaxPendingPerConn bounds the requests in flight (sent or queued, not yet answered) on
 	// one connection; over it a request fails at once with ErrTooManyPending. Default
 	// DefaultMaxPendingPerConn.
@@ -126,6 +133,9 @@ func (c *Config) EnsureDefaults() {
 	if c.ReconnectMax == 0 {
 		c.ReconnectMax = max(DefaultReconnectMax, c.ReconnectMin)
 	}
+	if c.IdleConnectionTTL == 0 {
+		c.IdleConnectionTTL = DefaultIdleConnectionTTL
+	}
 	if c.MaxPendingPerConn == 0 {
 		c.MaxPendingPerConn = DefaultMaxPendingPerConn
 	}
@@ -152,6 +162,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: ReconnectMin %v must be positive", ErrBadConfig, c.ReconnectMin)
 	case c.ReconnectMax < c.ReconnectMin:
 		return fmt.Errorf("%w: ReconnectMax %v is below ReconnectMin %v", ErrBadConfig, c.ReconnectMax, c.ReconnectMin)
+	case c.IdleConnectionTTL <= 0:
+		return fmt.Errorf("%w: IdleConnectionTTL %v must be positive", ErrBadConfig, c.IdleConnectionTTL)
 	case c.MaxPendingPerConn <= 0:
 		return fmt.Errorf("%w: MaxPendingPerConn %d must be positive", ErrBadConfig, c.MaxPendingPerConn)
 	case c.MaxQueuedBytesPerConn < c.MaxFrameSize:

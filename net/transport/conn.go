@@ -31,6 +31,7 @@ const (
 	stateReady             // connected; the writer flushes the queue
 	stateBackoff           // the last attempt failed; requests fail fast until retryAt
 	stateClosed            // the pool was closed
+	stateForgotten         // down and unused for IdleConnectionTTL: no longer in the pool
 )
 
 // addFrameOverhead is an add frame's size besides the stored entry: length prefix, packet
@@ -69,6 +70,7 @@ type Conn struct {
 	readyAt    int64 // monotime
 	retryAt    int64 // end of the backoff (monotime)
 	backoffErr error // what requests fail with during the backoff
+	lastUsed   int64 // when the last request was made (monotime)
 }
 
 type connCounters struct {
@@ -96,7 +98,7 @@ type ConnStats struct {
 }
 
 func newConn(p *Pool, addr string, state int) *Conn {
-	c := &Conn{p: p, addr: addr, state: state}
+	c := &Conn{p: p, addr: addr, state: state, lastUsed: monotime.Now()}
 	c.writerCond.L = &c.mu
 	return c
 }
@@ -250,7 +252,14 @@ func (c *Conn) submit(r *request, f *frame, timeout time.Duration) {
 	}()
 	for {
 		c.mu.Lock()
+		c.lastUsed = now
 		switch c.state {
+		case stateForgotten:
+			// A ledger kept this connection while the pool forgot it: the pool's connection to
+			// the address takes the request (this one again, if there is none).
+			c.mu.Unlock()
+			c.p.adopt(c).submit(r, f, timeout)
+			return
 		case stateClosed:
 			c.mu.Unlock()
 			c.p.failAsync(r, ErrClosed)
@@ -297,6 +306,20 @@ func (c *Conn) submit(r *request, f *frame, timeout time.Duration) {
 		c.stats.requests.Add(1)
 		return
 	}
+}
+
+// forget takes an unused connection that is down out of service, reporting whether it did;
+// the caller holds the pool's mu and removes it from the pool.
+func (c *Conn) forget(now int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	down := c.state == stateIdle || c.state == stateBackoff
+	if !down || c.pending.n > 0 || len(c.wbuf) > 0 || now-c.lastUsed < int64(c.p.cfg.IdleConnectionTTL) {
+		return false
+	}
+	c.state = stateForgotten
+	c.spare = nil
+	return true
 }
 
 // waitSpaceUnlock releases the mutex and waits until the writer takes the queue, the

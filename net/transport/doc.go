@@ -77,6 +77,11 @@
 // one after a connection that lived longer: a bookie that accepts connections and drops them
 // at once (crash-looping, shedding load) is retried with the backoff, not in a tight loop.
 //
+// A connection that is down (lost, or never made) with nothing pending and no request for
+// IdleConnectionTTL (10 minutes) leaves the pool: a long-running client whose bookies come and
+// go under new addresses keeps no entry per address it ever used. A request on it afterwards
+// (from a ledger that kept it) goes to the pool's connection to that address, or puts it back.
+//
 // # Backpressure and limits
 //
 // MaxPendingPerConn bounds the requests in flight on one connection; over it a request fails

@@ -89,6 +89,39 @@ func (p *Pool) Conn(addr string) *Conn {
 	return c
 }
 
+// adopt returns the pool's connection to c's address for a request made on c after the pool
+// forgot it: c itself, back in service, unless the pool has made another meanwhile.
+func (p *Pool) adopt(c *Conn) *Conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return newConn(p, c.addr, stateClosed)
+	}
+	if other := p.conns[c.addr]; other != nil {
+		return other
+	}
+	c.mu.Lock()
+	if c.state == stateForgotten {
+		c.state = stateIdle
+	}
+	c.mu.Unlock()
+	p.conns[c.addr] = c
+	return c
+}
+
+// forgetIdle removes the connections that are down and have had no request for
+// IdleConnectionTTL (see Config.IdleConnectionTTL).
+func (p *Pool) forgetIdle() {
+	now := monotime.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for addr, c := range p.conns {
+		if c.forget(now) {
+			delete(p.conns, addr)
+		}
+	}
+}
+
 // Close closes every connection and fails every pending request with ErrClosed. When it
 // returns, every callback has run and every goroutine of the pool has exited; requests made
 // afterwards fail with ErrClosed (their callback then runs before Add or Read returns, the
@@ -145,10 +178,16 @@ func (p *Pool) loop() {
 	defer tick.Stop()
 	var conns []*Conn
 	closing := false
+	forgetEvery := int64(min(p.cfg.IdleConnectionTTL/4, time.Minute))
+	lastForget := monotime.Now()
 	for {
 		select {
 		case <-tick.C:
 			conns = p.expireAll(conns)
+			if now := monotime.Now(); now-lastForget >= forgetEvery {
+				p.forgetIdle()
+				lastForget = now
+			}
 		case <-p.failKick:
 		case <-p.closing:
 			closing = true

@@ -1044,3 +1044,38 @@ func TestBackoffDoesNotOverflow(t *testing.T) {
 		t.Fatalf("backoff after 41 failures is %v, want ReconnectMax (1m)", delay)
 	}
 }
+
+// TestIdleConnectionForgotten: a connection that is down and unused for IdleConnectionTTL
+// leaves the pool (a client whose bookies change addresses would otherwise keep one per address
+// it ever used); a request on it afterwards, from a ledger that kept it, puts it back and is
+// served.
+func TestIdleConnectionForgotten(t *testing.T) {
+	checkNoGoroutines(t)
+	fb := newFakeBookie(t)
+	p := newPool(t, Config{IdleConnectionTTL: 50 * time.Millisecond, AddTimeout: 100 * time.Millisecond})
+	conn := p.Conn(fb.addr())
+	col := newCollector(16)
+	conn.Read(1, 0, 0, nil, col.onRead, nil)
+	fc := fb.accept(t)
+	fc.next(t)
+	fc.close() // the connection is lost: down, with nothing pending
+	if r := col.one(t); !errors.Is(r.err, ErrConnection) {
+		t.Fatalf("read on a lost connection: %v", r.err)
+	}
+	pooled := func() int {
+		p.mu.RLock()
+		defer p.mu.RUnlock()
+		return len(p.conns)
+	}
+	eventually(t, "the idle connection to be forgotten", func() bool { return pooled() == 0 })
+	conn.Read(1, 0, 0, nil, col.onRead, nil) // a ledger that kept the *Conn
+	fc = fb.accept(t)
+	req := fc.next(t)
+	fc.answerRead(t, req.Read.LedgerID, req.Read.EntryID, protocol.EOK, []byte("entry"))
+	if r := col.one(t); r.err != nil || r.rc != protocol.EOK {
+		t.Fatalf("read after the pool forgot the connection: %v %v", r.rc, r.err)
+	}
+	if got := p.Conn(fb.addr()); got != conn || pooled() != 1 {
+		t.Fatalf("the connection is not back in the pool (%d pooled)", pooled())
+	}
+}
