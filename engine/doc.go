@@ -84,7 +84,8 @@
 // (one that lost everything looks new) once marks were persisted, means entries that no
 // journal holds any more are gone from the index: the engine refuses to open (ErrIO) rather
 // than answer "no such entry" for them. An index converted from an older format, which kept
-// no record, gets the persisted marks as its baseline.
+// no record, gets the persisted marks as its baseline (also when the Open that converted it
+// stopped before writing the baseline).
 //
 //	checkpoint record (the value of the index's checkpoint key; little-endian like mark files)
 //	 0    1       3                 11               19

@@ -107,6 +107,7 @@ func (b *Batch) PutCheckpoint(v []byte) {
 		return
 	}
 	_ = b.pb.Set(checkpointKey, v, nil)
+	_ = b.pb.Delete(upgradedKey, nil)
 }
 
 // Len returns the number of operations in the batch (a DeleteLedger counts as two).

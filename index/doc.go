@@ -16,7 +16,8 @@
 //	      +----+-----------------+               +--------+---------+
 //	                                               magic    u32 (3)
 //	format 2 had no checkpoint record (Open adds an empty one); format 1 kept one location per
-//	entry (Open converts them to runs).
+//	entry (Open converts them to runs). A converted store also holds the key 00 "upgraded"
+//	(empty value) until its first checkpoint record is committed (Index.Upgraded).
 //
 //	checkpoint record (format 3; every store has one, empty until the first checkpoint)
 //	key    0    1                      11       value: opaque, at most MaxCheckpointLen bytes

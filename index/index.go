@@ -124,10 +124,24 @@ func (ix *Index) checkFormat() error {
 		if _, err := ix.Checkpoint(); err != nil {
 			return err
 		}
-		return nil
+		// An upgrade whose first checkpoint record was never committed (the process stopped
+		// first) is still an upgrade.
+		_, closer, err := ix.db.Get(upgradedKey)
+		if err == nil {
+			closer.Close()
+			ix.upgraded = true
+			return nil
+		}
+		if errors.Is(err, pebble.ErrNotFound) {
+			return nil
+		}
+		return wrapPebble(err)
 	case ver == formatVersionRuns:
 		ix.upgraded = true
-		return ix.writeFormat()
+		pb := ix.db.NewBatch()
+		defer pb.Close()
+		setFormat(pb, true)
+		return wrapPebble(pb.Commit(pebble.Sync))
 	case ver == formatVersionLocations:
 		ix.upgraded = true
 		return ix.convertLocations()
@@ -136,18 +150,24 @@ func (ix *Index) checkFormat() error {
 	}
 }
 
-// writeFormat writes (synced) this build's format record and an empty checkpoint record: into
-// a new store, or one of format 2, which had none.
+// writeFormat writes (synced) this build's format record and an empty checkpoint record into
+// a new store.
 func (ix *Index) writeFormat() error {
 	pb := ix.db.NewBatch()
 	defer pb.Close()
-	setFormat(pb)
+	setFormat(pb, false)
 	return wrapPebble(pb.Commit(pebble.Sync))
 }
 
-func setFormat(pb *pebble.Batch) {
+// setFormat sets this build's format record and an empty checkpoint record; upgraded (a store
+// of an older format, which kept no checkpoint record) also sets upgradedKey, which stays
+// until the first PutCheckpoint is committed, so that Upgraded survives a stop in between.
+func setFormat(pb *pebble.Batch, upgraded bool) {
 	_ = pb.Set(formatKey, binary.BigEndian.AppendUint32([]byte(formatMagic), formatVersion), nil)
 	_ = pb.Set(checkpointKey, nil, nil)
+	if upgraded {
+		_ = pb.Set(upgradedKey, nil, nil)
+	}
 }
 
 // Checkpoint returns the checkpoint record: empty until a Batch.PutCheckpoint was committed.
@@ -172,8 +192,9 @@ func (ix *Index) Checkpoint() ([]byte, error) {
 	return bytes.Clone(v), nil
 }
 
-// Upgraded reports whether Open converted the store from an older format, which kept no
-// checkpoint record: its empty record then says nothing about what it once held.
+// Upgraded reports whether the store was converted from an older format, which kept no
+// checkpoint record, and no checkpoint record was committed since: its empty record then says
+// nothing about what it once held.
 func (ix *Index) Upgraded() bool { return ix.upgraded }
 
 // convertLocationsBatch is how many format-1 locations one unsynced conversion batch holds.
@@ -213,7 +234,7 @@ func (ix *Index) convertLocations() error {
 		return fmt.Errorf("converting format %d: %w", formatVersionLocations, err)
 	}
 	_ = b.pb.DeleteRange([]byte{prefixLocation}, []byte{prefixLocation + 1}, nil)
-	setFormat(b.pb)
+	setFormat(b.pb, true)
 	if err := b.Commit(true); err != nil {
 		return fmt.Errorf("converting format %d: %w", formatVersionLocations, err)
 	}

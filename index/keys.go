@@ -42,6 +42,10 @@ var formatKey = []byte{prefixMeta, 'f', 'o', 'r', 'm', 'a', 't'}
 // lost. Wire format: do not change.
 var checkpointKey = []byte{prefixMeta, 'c', 'h', 'e', 'c', 'k', 'p', 'o', 'i', 'n', 't'}
 
+// upgradedKey marks a store converted from format 1 or 2 until its first checkpoint record is
+// committed (its value is empty). Wire format: do not change.
+var upgradedKey = []byte{prefixMeta, 'u', 'p', 'g', 'r', 'a', 'd', 'e', 'd'}
+
 // MaxCheckpointLen bounds a checkpoint record.
 const MaxCheckpointLen = 1 << 16
 
