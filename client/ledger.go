@@ -400,8 +400,8 @@ func addResponse(ctx any, rc protocol.ReturnCode, err error) {
 		// The transport sends only well-formed adds, so this is an entry over the bookie's
 		// frame limit (below this client's; the bookie answers it rather than closing, see
 		// net/server). Another bookie would be sent the same entry: no ensemble change.
-		lh.failLocked(fmt.Errorf("%w: bookie %s refused entry %d (EBADREQ): over its frame limit, nettyMaxFrameSizeBytes",
-			ErrEntryTooLarge, addr, op.entryID))
+		lh.failLocked(fmt.Errorf("%w: bookie %s refused entry %d (EBADREQ): over its frame limit "+
+			"(nettyMaxFrameSizeBytes) or its journal's record limit", ErrEntryTooLarge, addr, op.entryID))
 	case errors.Is(err, transport.ErrClosed):
 		lh.failLocked(fmt.Errorf("%w: %w", ErrClosed, err)) // this client was closed: no bookie failed
 	default:

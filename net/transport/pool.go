@@ -92,6 +92,12 @@ func (p *Pool) Conn(addr string) *Conn {
 // adopt returns the pool's connection to c's address for a request made on c after the pool
 // forgot it: c itself, back in service, unless the pool has made another meanwhile.
 func (p *Pool) adopt(c *Conn) *Conn {
+	p.mu.RLock()
+	other, closed := p.conns[c.addr], p.closed
+	p.mu.RUnlock()
+	if other != nil && !closed { // the usual case for a ledger that kept c: no write lock
+		return other
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
