@@ -54,6 +54,7 @@ func (p pebbleIndex) Ledgers(fn func(int64, ledgerState) bool) error {
 func (p pebbleIndex) NewBatch() indexBatch { return pebbleBatch{p.ix.NewBatch()} }
 
 func (p pebbleIndex) Checkpoint() ([]byte, error) { return p.ix.Checkpoint() }
+func (p pebbleIndex) Flush() error                { return p.ix.Flush() }
 func (p pebbleIndex) Upgraded() bool              { return p.ix.Upgraded() }
 
 func (p pebbleIndex) Warm(ctx context.Context) (int64, error) { return p.ix.Warm(ctx) }

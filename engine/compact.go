@@ -211,6 +211,14 @@ func (d *ledgerDir) removeLogs(ids []uint64) (n int, bytes int64, err error) {
 	if err := d.commitDeletes(); err != nil {
 		return 0, 0, err
 	}
+	// The deletions and relocations that leave these logs unreferenced must not live only in
+	// pebble's WAL: damage at its end drops them silently, and the index would point into
+	// removed logs (the checkpoint record covers only what the journals still hold).
+	if err := d.idx.Flush(); err != nil {
+		err = fmt.Errorf("%w: index of %s: %w", ErrIO, d.path, err)
+		d.e.fail(err)
+		return 0, 0, err
+	}
 	// Every read that started before this point and may still use a location in these logs
 	// holds logsMu shared; reads that start later find the index's current locations.
 	d.logsMu.Lock()

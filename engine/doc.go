@@ -94,8 +94,10 @@
 //	+----+-------+-----------------+----------------+---- ... ----+
 //	 u8    u16     u64               u64
 //
-// Compaction's relocations are not covered: damage that drops them leaves locations in a
-// deleted log (a read error, not a missing entry).
+// Garbage collection's deletions and compaction's relocations are not journaled, so the record
+// cannot vouch for them: before removing an entry log they made obsolete, the engine flushes
+// pebble's memtable into its checksummed tables (index.Index.Flush), so that no damage at the
+// end of the WAL can leave the index pointing into a removed log.
 //
 // # Deleting ledgers
 //

@@ -52,6 +52,9 @@ type locationIndex interface {
 	// Checkpoint returns the record of the last committed PutCheckpoint (empty before the
 	// first); an error wrapping ErrCorrupt if the store lost it.
 	Checkpoint() ([]byte, error)
+	// Flush makes every committed batch part of pebble's checksummed tables (see
+	// index.Index.Flush), before the engine removes what the batches made obsolete.
+	Flush() error
 	// Upgraded: the store was converted from an older format at open, so its empty checkpoint
 	// record is no evidence that it is new.
 	Upgraded() bool

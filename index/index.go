@@ -192,6 +192,18 @@ func (ix *Index) Checkpoint() ([]byte, error) {
 	return bytes.Clone(v), nil
 }
 
+// Flush writes pebble's memtable to a synced table and returns once that is recorded. Until
+// then committed batches live only in pebble's WAL, whose damaged end pebble drops silently
+// as a torn write: a caller that is about to destroy what a batch made obsolete (an entry log
+// whose entries the batch moved) flushes first.
+func (ix *Index) Flush() error {
+	if !ix.enter() {
+		return ErrClosed
+	}
+	defer ix.exit()
+	return wrapPebble(ix.db.Flush())
+}
+
 // Upgraded reports whether the store was converted from an older format, which kept no
 // checkpoint record, and no checkpoint record was committed since: its empty record then says
 // nothing about what it once held.
