@@ -61,29 +61,29 @@ func (e *Engine) checkIndexCheckpoints() error {
 	for _, d := range e.dirs {
 		rec, err := d.idx.Checkpoint()
 		if err != nil {
-			return fmt.Errorf("%w: index of %s: %w", ErrIO, d.path, err)
+			return fmt.Errorf("%w: index %s: %w", ErrIO, d.indexPath, err)
 		}
 		if len(rec) == 0 {
 			if checkpointed && !d.idx.Upgraded() {
-				return fmt.Errorf("%w: the index of %s holds no checkpoint, but journal marks %v were "+
+				return fmt.Errorf("%w: the index %s holds no checkpoint, but journal marks %v were "+
 					"persisted: the index lost writes that the journals no longer hold (damage in its "+
-					"write-ahead log or manifest, or its files were removed)", ErrIO, d.path, persisted)
+					"write-ahead log or manifest, or its files were removed)", ErrIO, d.indexPath, persisted)
 			}
 			d.batch.PutCheckpoint(encodeCheckpoint(persisted))
 			if err := d.batch.Commit(true); err != nil {
-				return fmt.Errorf("%w: index of %s: %w", ErrIO, d.path, err)
+				return fmt.Errorf("%w: index %s: %w", ErrIO, d.indexPath, err)
 			}
 			continue
 		}
 		marks, err := decodeCheckpoint(rec)
 		if err != nil {
-			return fmt.Errorf("%w: index of %s: %w", ErrIO, d.path, err)
+			return fmt.Errorf("%w: index %s: %w", ErrIO, d.indexPath, err)
 		}
 		for i := range min(len(marks), len(persisted)) {
 			if persisted[i].Compare(marks[i]) > 0 {
-				return fmt.Errorf("%w: the index of %s holds the checkpoint of journal %d's mark %v, but "+
+				return fmt.Errorf("%w: the index %s holds the checkpoint of journal %d's mark %v, but "+
 					"mark %v was persisted: the index lost writes that the journal no longer holds "+
-					"(damage in its write-ahead log or manifest)", ErrIO, d.path, i, marks[i], persisted[i])
+					"(damage in its write-ahead log or manifest)", ErrIO, d.indexPath, i, marks[i], persisted[i])
 			}
 		}
 	}

@@ -16,9 +16,11 @@ type ledgerDir struct {
 	e     *Engine
 	index int
 	path  string // <dir>/current
-	log   entryLog
-	idx   locationIndex
-	batch indexBatch
+	// indexPath is where its index lives (<dir>/current/index, or under IndexDir).
+	indexPath string
+	log       entryLog
+	idx       locationIndex
+	batch     indexBatch
 
 	halves   [2]*cacheHalf
 	active   atomic.Pointer[cacheHalf]

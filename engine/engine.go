@@ -320,6 +320,7 @@ func (e *Engine) openDirs() error {
 		if e.cfg.IndexDir != "" {
 			indexDir = filepath.Join(e.cfg.IndexDir, fmt.Sprintf("index%d", i))
 		}
+		d.indexPath = indexDir
 		if d.idx, err = openIndex(e, indexDir); err != nil {
 			d.log.Close()
 			return err
