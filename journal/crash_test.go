@@ -3,10 +3,10 @@ package journal
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -114,18 +114,7 @@ func TestKill9Crash(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		lines := make(chan []key, 1)
-		go func() {
-			var ks []key
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				var k key
-				if _, err := fmt.Sscanf(sc.Text(), "%d %d", &k.ledger, &k.entry); err == nil {
-					ks = append(ks, k)
-				}
-			}
-			lines <- ks
-		}()
+		lines := collectAcked(out)
 		time.Sleep(time.Duration(40+rand.IntN(120)) * time.Millisecond)
 		cmd.Process.Kill()
 		ks := <-lines
@@ -152,8 +141,7 @@ func TestKill9Crash(t *testing.T) {
 	t.Logf("%d records acknowledged and verified over %d kills", total, rounds)
 }
 
-// crashChild appends until killed, writing "ledger entry" for each acknowledged record with one
-// write system call, so that the parent has the line as soon as the acknowledgement happened.
+// crashChild appends until killed (appendAndReportUntilKilled).
 func crashChild(dir string) {
 	engine, _ := diskio.ParseEngine(os.Getenv("RINGKEEPER_ENGINE"))
 	cfg := DefaultConfig(dir)
@@ -171,7 +159,15 @@ func crashChild(dir string) {
 		fmt.Fprintln(os.Stderr, "child open:", err)
 		os.Exit(2)
 	}
-	base := time.Now().UnixNano() // ledger ids unique across rounds
+	appendAndReportUntilKilled(j)
+}
+
+// appendAndReportUntilKilled appends from 16 goroutines, one ledger each (ids unique across
+// rounds), writing "ledger entry" to stdout for each acknowledged record with one write system
+// call, so that the parent has the line as soon as the acknowledgement happened. It never
+// returns: the child is killed.
+func appendAndReportUntilKilled(j *Journal) {
+	base := time.Now().UnixNano()
 	var outMu sync.Mutex
 	for w := range 16 {
 		go func() {
@@ -181,10 +177,7 @@ func crashChild(dir string) {
 					Payload: testPayload(ledger, entry, payloadSize(ledger, entry)),
 					Done: func(e *Entry, err error) {
 						if err == nil {
-							line := strconv.AppendInt(nil, e.LedgerID, 10)
-							line = append(line, ' ')
-							line = strconv.AppendInt(line, e.EntryID, 10)
-							line = append(line, '\n')
+							line := fmt.Appendf(nil, "%d %d\n", e.LedgerID, e.EntryID)
 							outMu.Lock()
 							os.Stdout.Write(line)
 							outMu.Unlock()
@@ -197,4 +190,21 @@ func crashChild(dir string) {
 		}()
 	}
 	select {}
+}
+
+// collectAcked reads a child's "ledger entry" lines until its stdout closes, then sends them.
+func collectAcked(out io.Reader) <-chan []key {
+	lines := make(chan []key, 1)
+	go func() {
+		var ks []key
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var k key
+			if _, err := fmt.Sscanf(sc.Text(), "%d %d", &k.ledger, &k.entry); err == nil {
+				ks = append(ks, k)
+			}
+		}
+		lines <- ks
+	}()
+	return lines
 }

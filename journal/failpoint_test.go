@@ -1,14 +1,12 @@
 package journal
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -101,18 +99,7 @@ func runFailpointChild(t *testing.T, desc, dir, site string, groups int, engine 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	lines := make(chan []key, 1)
-	go func() {
-		var ks []key
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			var k key
-			if _, err := fmt.Sscanf(sc.Text(), "%d %d", &k.ledger, &k.entry); err == nil {
-				ks = append(ks, k)
-			}
-		}
-		lines <- ks
-	}()
+	lines := collectAcked(out)
 	timer := time.AfterFunc(20*time.Second, func() { cmd.Process.Kill() })
 	ks := <-lines
 	cmd.Wait()
@@ -212,29 +199,7 @@ func failpointChild(dir string) {
 	if err != nil {
 		fail("child open: %v", err)
 	}
-	base := time.Now().UnixNano() // ledger ids unique across rounds
-	var outMu sync.Mutex
-	for w := range 16 {
-		go func() {
-			ledger := base + int64(w)
-			for entry := int64(0); ; entry++ {
-				e := &Entry{Type: RecordData, LedgerID: ledger, EntryID: entry,
-					Payload: testPayload(ledger, entry, payloadSize(ledger, entry)),
-					Done: func(e *Entry, err error) {
-						if err == nil {
-							line := fmt.Appendf(nil, "%d %d\n", e.LedgerID, e.EntryID)
-							outMu.Lock()
-							os.Stdout.Write(line)
-							outMu.Unlock()
-						}
-					}}
-				if j.Append(e) != nil {
-					return
-				}
-			}
-		}()
-	}
-	select {}
+	appendAndReportUntilKilled(j)
 }
 
 // syncHookFS serves files without WriteAtDataSync, so that psync writes each group and then
