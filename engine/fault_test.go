@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -187,22 +189,12 @@ func TestBitFlipInIndexIsNeverNoEntry(t *testing.T) {
 	}
 	e.Close()
 	idxDir := filepath.Join(cfg.IndexDir, "index0")
-	pristine := map[string][]byte{}
-	names, _ := os.ReadDir(idxDir)
-	for _, n := range names {
-		if strings.HasSuffix(n.Name(), ".log") || strings.HasSuffix(n.Name(), ".sst") {
-			b, err := os.ReadFile(filepath.Join(idxDir, n.Name()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			pristine[n.Name()] = b
-		}
-	}
-	if len(pristine) == 0 {
-		t.Fatalf("no index data files in %s: %v", idxDir, names)
-	}
+	pristine := indexFiles(t, idxDir)
 	flips := 0
 	for name, data := range pristine {
+		if !strings.HasSuffix(name, ".log") && !strings.HasSuffix(name, ".sst") {
+			continue
+		}
 		path := filepath.Join(idxDir, name)
 		for at := 0; at < len(data); at += 1 + len(data)/40 {
 			bad := bytes.Clone(data)
@@ -227,7 +219,10 @@ func TestBitFlipInIndexIsNeverNoEntry(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d flips of %v", flips, names)
+	if flips == 0 {
+		t.Fatalf("no index data files in %s: %v", idxDir, slices.Sorted(maps.Keys(pristine)))
+	}
+	t.Logf("%d flips of %v", flips, slices.Sorted(maps.Keys(pristine)))
 }
 
 // journalWithEntries adds entries [0, n) of ledger l, one journal group each, crashes (power

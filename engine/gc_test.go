@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -788,17 +789,7 @@ func TestIndexDamageAfterCompactionNeverLosesRelocatedEntries(t *testing.T) {
 	e.fail(errTestCrash)
 	e.Close()
 	idxDir := filepath.Join(cfg.IndexDir, "index0")
-	pristine := map[string][]byte{}
-	names, _ := os.ReadDir(idxDir)
-	for _, n := range names {
-		if n.Type().IsRegular() {
-			b, err := os.ReadFile(filepath.Join(idxDir, n.Name()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			pristine[n.Name()] = b
-		}
-	}
+	pristine := indexFiles(t, idxDir)
 	// restore puts back the index and the crashed disk as they were, with one byte of file
 	// flip changed: every Open writes (a replay, a checkpoint).
 	restore := func(flip string, at int) {
@@ -844,6 +835,26 @@ func TestIndexDamageAfterCompactionNeverLosesRelocatedEntries(t *testing.T) {
 		}
 	}
 	if flips == 0 {
-		t.Fatalf("no WAL in %s: %v", idxDir, names)
+		t.Fatalf("no WAL in %s: %v", idxDir, slices.Sorted(maps.Keys(pristine)))
 	}
+}
+
+// indexFiles reads every file of an index directory (pebble's), by name.
+func indexFiles(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	names, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	for _, n := range names {
+		if n.Type().IsRegular() {
+			b, err := os.ReadFile(filepath.Join(dir, n.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			files[n.Name()] = b
+		}
+	}
+	return files
 }
