@@ -5,8 +5,10 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -184,5 +186,99 @@ func TestLoadTLSConfig(t *testing.T) {
 	}
 	if cfg, err := LoadTLSConfig(certFile, keyFile, "", false); err != nil || cfg.ClientAuth != tls.NoClientCert {
 		t.Fatalf("server-only: %v", err)
+	}
+}
+
+// TestTLSClientCertificateVerification: with a CA file (tlsTrustStore), a client certificate
+// that has expired, is not yet valid or comes from another CA is refused at the handshake
+// whether client certificates are required or only verified if given; a client without one
+// is refused only when they are required. A refused client's add is never stored, and the
+// server goes on serving good clients.
+func TestTLSClientCertificateVerification(t *testing.T) {
+	ca, err := servertest.NewCA("ringkeeper test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue, err := servertest.NewCA("rogue CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(issuer *servertest.CA, l servertest.Leaf) *tls.Certificate {
+		c, err := issuer.Issue(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &c
+	}
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	srvCert := issue(ca, servertest.Leaf{DNSNames: []string{"localhost"}})
+	keyPEM, err := servertest.KeyPEM(*srvCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, caFile := write("server.crt", servertest.CertPEM(*srvCert)), write("server.key", keyPEM), write("ca.crt", ca.PEM())
+
+	now := time.Now()
+	good := issue(ca, servertest.Leaf{Client: true})
+	clients := []struct {
+		name     string
+		cert     *tls.Certificate
+		optional bool // served when client certificates are optional
+	}{
+		{"expired", issue(ca, servertest.Leaf{Client: true, NotBefore: now.Add(-48 * time.Hour), NotAfter: now.Add(-24 * time.Hour)}), false},
+		{"not yet valid", issue(ca, servertest.Leaf{Client: true, NotBefore: now.Add(24 * time.Hour), NotAfter: now.Add(48 * time.Hour)}), false},
+		{"unknown CA", issue(rogue, servertest.Leaf{Client: true}), false},
+		{"none", nil, true},
+		{"good", good, true},
+	}
+	for _, require := range []bool{true, false} {
+		cfg, err := LoadTLSConfig(certFile, keyFile, caFile, require)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := startEnv(t, withTLS(), withConfig(func(c *Config) { c.TLSConfig = cfg }))
+		for _, version := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+			for i, cl := range clients {
+				name := fmt.Sprintf("require=%v/%s/%s", require, tls.VersionName(version), cl.name)
+				t.Run(name, func(t *testing.T) {
+					// GetClientCertificate presents the certificate even if the server did not
+					// name its CA (crypto/tls would otherwise send none).
+					cli := &tls.Config{RootCAs: ca.Pool, ServerName: "localhost", MinVersion: version, MaxVersion: version}
+					if cl.cert != nil {
+						cli.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cl.cert, nil }
+					}
+					before, _, _, _ := env.storage.Counters()
+					e := entry(int64(version), int64(i), cl.name)
+					served := cl.optional && (!require || cl.cert != nil)
+					// TLS 1.2 fails the client's handshake; TLS 1.3 completes it before the
+					// server has checked the certificate, and the first round trip fails.
+					c, err := servertest.DialTLS(env.srv.TLSAddr().String(), cli)
+					var rc protocol.ReturnCode
+					if err == nil {
+						c.Timeout = 5 * time.Second
+						rc, err = c.Add(keyA, e, 0)
+						_ = c.Close()
+					}
+					after, _, _, _ := env.storage.Counters()
+					switch {
+					case served && (err != nil || rc != protocol.EOK || after != before+1):
+						t.Fatalf("refused: rc %v err %v, %d adds stored", rc, err, after-before)
+					case !served && (err == nil || after != before):
+						t.Fatalf("served: rc %v err %v, %d adds stored", rc, err, after-before)
+					case !served && !strings.Contains(err.Error(), "remote error: tls: "):
+						t.Fatalf("refused with %v, want the server's TLS alert", err)
+					}
+				})
+			}
+		}
+		// Plaintext clients are unaffected.
+		mustAdd(t, env.dial(t), keyA, entry(1, 0, "plain"), 0, protocol.EOK)
 	}
 }

@@ -1,6 +1,7 @@
 // Package servertest holds test helpers for the bookie's network server: a minimal blocking
-// BookKeeper v2 client built on net.Conn and the net/protocol codec, and MemStorage, an
-// in-memory Storage. Later packages reuse them for end-to-end tests against the real engine.
+// BookKeeper v2 client built on net.Conn and the net/protocol codec, MemStorage, an in-memory
+// Storage, and CA, a throwaway certificate authority for TLS tests. Later packages reuse them
+// for end-to-end tests against the real engine.
 package servertest
 
 import (

@@ -1,0 +1,115 @@
+package bookie
+
+import (
+	"crypto/tls"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/metadata/metadatatest"
+	"github.com/ringkeeper/ringkeeper/net/protocol"
+	"github.com/ringkeeper/ringkeeper/net/server/servertest"
+)
+
+// TestTLSClientAuthenticationRefusesBadClientCertificates: a bookie configured with BookKeeper's
+// keys tlsPort, tlsCertificatePath, tlsKeyStore, tlsTrustStore and tlsClientAuthentication=true
+// refuses a client whose certificate has expired or comes from a CA outside its trust store:
+// the handshake fails, the client's add is not stored, and a client with a good certificate is
+// served before and after.
+func TestTLSClientAuthenticationRefusesBadClientCertificates(t *testing.T) {
+	ca, err := servertest.NewCA("ringkeeper test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue, err := servertest.NewCA("rogue CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(issuer *servertest.CA, l servertest.Leaf) *tls.Certificate {
+		c, err := issuer.Issue(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &c
+	}
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	srvCert := issue(ca, servertest.Leaf{DNSNames: []string{"localhost"}})
+	keyPEM, err := servertest.KeyPEM(*srvCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t, metadatatest.URI(t), t.TempDir())
+	props, err := ParseProperties(strings.NewReader(fmt.Sprintf(
+		"tlsPort=%d\ntlsCertificatePath=%s\ntlsKeyStore=%s\ntlsTrustStore=%s\ntlsClientAuthentication=true\n",
+		freePort(t), write("bookie.crt", servertest.CertPEM(*srvCert)), write("bookie.key", keyPEM), write("ca.crt", ca.PEM()))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if warnings, err := cfg.Apply(props); err != nil || len(warnings) != 0 {
+		t.Fatalf("apply: %v %v", warnings, err)
+	}
+	b := start(t, cfg)
+
+	// dialTLS presents cert whatever CAs the bookie names (crypto/tls would otherwise send
+	// none for a rogue one). Over TLS 1.3 a refused handshake shows on the first round trip.
+	dialTLS := func(cert *tls.Certificate) (*servertest.Client, error) {
+		cli := &tls.Config{RootCAs: ca.Pool, ServerName: "localhost", MinVersion: tls.VersionTLS12,
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }}
+		c, err := servertest.DialTLS(b.TLSAddr().String(), cli)
+		if err == nil {
+			c.Timeout = 5 * time.Second
+			t.Cleanup(func() { c.Close() })
+		}
+		return c, err
+	}
+	good, err := dialTLS(issue(ca, servertest.Leaf{Client: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc, err := good.Add(key, entry(1, 0), 0); err != nil || rc != protocol.EOK {
+		t.Fatalf("good client: %v %v", rc, err)
+	}
+	now := time.Now()
+	for i, bad := range []struct {
+		name string
+		cert *tls.Certificate
+	}{
+		{"expired", issue(ca, servertest.Leaf{Client: true, NotBefore: now.Add(-48 * time.Hour), NotAfter: now.Add(-24 * time.Hour)})},
+		{"unknown CA", issue(rogue, servertest.Leaf{Client: true})},
+	} {
+		ledger := int64(10 + i)
+		c, err := dialTLS(bad.cert)
+		if err == nil {
+			var rc protocol.ReturnCode
+			if rc, err = c.Add(key, entry(ledger, 0), 0); err == nil {
+				t.Fatalf("%s client certificate: add answered %v", bad.name, rc)
+			}
+		}
+		if !strings.Contains(err.Error(), "remote error: tls: ") {
+			t.Fatalf("%s client certificate: %v, want the bookie's TLS alert", bad.name, err)
+		}
+		if rc, _, err := good.Read(ledger, 0); err != nil || rc != protocol.ENOLEDGER {
+			t.Fatalf("%s client certificate: its add was stored (read: %v %v)", bad.name, rc, err)
+		}
+	}
+	if rc, err := good.Add(key, entry(1, 1), 0); err != nil || rc != protocol.EOK {
+		t.Fatalf("good client after the refusals: %v %v", rc, err)
+	}
+	again, err := dialTLS(issue(ca, servertest.Leaf{Client: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc, _, err := again.Read(1, 1); err != nil || rc != protocol.EOK {
+		t.Fatalf("new good client: %v %v", rc, err)
+	}
+}

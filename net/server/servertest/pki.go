@@ -1,0 +1,119 @@
+package servertest
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"sync/atomic"
+	"time"
+)
+
+// CA is a throwaway certificate authority for TLS tests: it issues server and client
+// certificates with chosen names and validity periods, made in memory with crypto/x509.
+type CA struct {
+	Cert *x509.Certificate
+	Pool *x509.CertPool // holds Cert alone: a RootCAs or ClientCAs that trusts this CA
+	key  *ecdsa.PrivateKey
+}
+
+var serial atomic.Int64
+
+// NewCA makes a CA valid from an hour ago to a day from now.
+func NewCA(name string) (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: name},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &CA{Cert: cert, Pool: pool, key: key}, nil
+}
+
+// Leaf describes a certificate for CA.Issue.
+type Leaf struct {
+	// NotBefore and NotAfter bound the validity period; zero values mean an hour ago and a
+	// day from now.
+	NotBefore, NotAfter time.Time
+	// DNSNames and IPs are the subject alternative names.
+	DNSNames []string
+	IPs      []net.IP
+	// Client makes a client certificate (ExtKeyUsageClientAuth) instead of a server one.
+	Client bool
+}
+
+// Issue makes a certificate signed by the CA.
+func (ca *CA) Issue(l Leaf) (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	now := time.Now()
+	if l.NotBefore.IsZero() {
+		l.NotBefore = now.Add(-time.Hour)
+	}
+	if l.NotAfter.IsZero() {
+		l.NotAfter = now.Add(24 * time.Hour)
+	}
+	usage := x509.ExtKeyUsageServerAuth
+	if l.Client {
+		usage = x509.ExtKeyUsageClientAuth
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: "ringkeeper test"},
+		NotBefore: l.NotBefore, NotAfter: l.NotAfter,
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+		DNSNames: l.DNSNames, IPAddresses: l.IPs,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
+}
+
+// CertPEM is the PEM encoding of c's certificate chain (a certificate file).
+func CertPEM(c tls.Certificate) []byte {
+	var out []byte
+	for _, der := range c.Certificate {
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	return out
+}
+
+// KeyPEM is the PEM encoding of c's private key (PKCS #8).
+func KeyPEM(c tls.Certificate) ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+// PEM is the PEM encoding of the CA's certificate (a trust store file).
+func (ca *CA) PEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw})
+}
