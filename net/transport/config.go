@@ -82,8 +82,29 @@ type Config struct {
 	// closes the connection. Default protocol.DefaultMaxFrameSize.
 	MaxFrameSize int
 	// TLS, when set, makes every connection a TLS client with this configuration (cloned by
-	// NewPool). An empty ServerName is taken from the bookie's address. nil = plaintext.
+	// NewPool); nil = plaintext. The bookie's certificate must chain to RootCAs (nil: the
+	// system's roots), be valid now (or at Time()), and, unless TLSHostnameVerificationDisabled,
+	// be for the bookie: for ServerName if set, else for the host of the address dialled (a
+	// DNS name, or an IP address that must be an IP SAN). Certificates or GetClientCertificate
+	// give the client certificate that a bookie may require. A bookie certificate the client
+	// refuses fails the connection attempt with ErrConnection wrapping a
+	// *tls.CertificateVerificationError (errors.As finds the x509 error: CertificateInvalidError
+	// with Reason Expired for an expired or not yet valid one, UnknownAuthorityError,
+	// HostnameError). A bookie that refuses the client's certificate sends a TLS alert:
+	// ErrConnection with "remote error: tls: ...", at the handshake over TLS 1.2, on the first
+	// request over TLS 1.3, whose client handshake ends before the bookie has checked the
+	// certificate (the request is not processed). InsecureSkipVerify turns every check off.
 	TLS *tls.Config
+	// TLSHostnameVerificationDisabled keeps every check of the bookie's certificate (chain to
+	// RootCAs, validity period, server key usage) except the name it is for: set it for
+	// bookies whose certificates do not name the address they are dialled at (bookie ids are
+	// usually IP addresses; certificates often name hosts only). It is the inverse of
+	// BookKeeper's tlsHostnameVerificationEnabled, whose default, false, skips the check;
+	// ringkeeper checks by default, as crypto/tls does. It replaces crypto/tls's verification
+	// with the transport's (InsecureSkipVerify plus a VerifyConnection that then calls
+	// TLS.VerifyConnection, if set), so TLS.VerifyPeerCertificate gets no verified chains.
+	// It requires TLS.
+	TLSHostnameVerificationDisabled bool
 	// AuthPlugin, when set, makes every connection send an AUTH request with this plugin name
 	// and AuthPayload right after connecting, and wait for the bookie's AUTH response before
 	// any add or read goes out. "" = no AUTH exchange.
@@ -169,6 +190,8 @@ func (c *Config) Validate() error {
 	case c.MaxQueuedBytesPerConn < c.MaxFrameSize:
 		return fmt.Errorf("%w: MaxQueuedBytesPerConn %d is below MaxFrameSize %d", ErrBadConfig,
 			c.MaxQueuedBytesPerConn, c.MaxFrameSize)
+	case c.TLSHostnameVerificationDisabled && c.TLS == nil:
+		return fmt.Errorf("%w: TLSHostnameVerificationDisabled without TLS", ErrBadConfig)
 	case c.AuthPlugin == "" && len(c.AuthPayload) > 0:
 		return fmt.Errorf("%w: AuthPayload without AuthPlugin", ErrBadConfig)
 	case c.Logger == nil:

@@ -56,6 +56,9 @@ func NewPool(cfg Config) (*Pool, error) {
 	}
 	if cfg.TLS != nil {
 		p.tls = cfg.TLS.Clone()
+		if cfg.TLSHostnameVerificationDisabled && !p.tls.InsecureSkipVerify {
+			verifyWithoutHostname(p.tls)
+		}
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	go p.loop()

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -99,12 +100,18 @@ func TestTLSClientVerifiesBookieCertificate(t *testing.T) {
 		var ua x509.UnknownAuthorityError
 		return errors.As(e, &ua)
 	}
+	wrongUsage := func(e error) bool {
+		var ci x509.CertificateInvalidError
+		return errors.As(e, &ci) && ci.Reason == x509.IncompatibleUsage
+	}
+	otherHost := servertest.Leaf{DNSNames: []string{"bookie-a.example"}}
 	for _, tc := range []struct {
 		name       string
 		issuer     *servertest.CA
 		leaf       servertest.Leaf
 		host       string // dialled: host:port
 		serverName string // Config.TLS.ServerName
+		noHostname bool   // Config.TLSHostnameVerificationDisabled
 		is         func(error) bool
 		text       string // in the error's text; "" = the request succeeds
 	}{
@@ -125,14 +132,23 @@ func TestTLSClientVerifiesBookieCertificate(t *testing.T) {
 		// Controls: the same verification accepts a certificate that fits.
 		{name: "hostname from the address", issuer: ca, host: "localhost", leaf: servertest.Leaf{DNSNames: []string{"localhost"}}},
 		{name: "IP from the address", issuer: ca, host: "127.0.0.1", leaf: servertest.Leaf{IPs: loopback}},
-		{name: "configured ServerName", issuer: ca, host: "127.0.0.1", serverName: "bookie-a.example",
-			leaf: servertest.Leaf{DNSNames: []string{"bookie-a.example"}}},
+		{name: "configured ServerName", issuer: ca, host: "127.0.0.1", serverName: "bookie-a.example", leaf: otherHost},
+		// TLSHostnameVerificationDisabled skips the name only.
+		{name: "no hostname verification/other hostname", issuer: ca, host: "127.0.0.1", noHostname: true, leaf: otherHost},
+		{name: "no hostname verification/expired", issuer: ca, host: "127.0.0.1", noHostname: true, is: expired, text: "certificate has expired",
+			leaf: servertest.Leaf{NotBefore: now.Add(-48 * time.Hour), NotAfter: now.Add(-24 * time.Hour), DNSNames: otherHost.DNSNames}},
+		{name: "no hostname verification/not yet valid", issuer: ca, host: "127.0.0.1", noHostname: true, is: expired, text: "not yet valid",
+			leaf: servertest.Leaf{NotBefore: now.Add(24 * time.Hour), NotAfter: now.Add(48 * time.Hour), DNSNames: otherHost.DNSNames}},
+		{name: "no hostname verification/unknown CA", issuer: rogue, host: "127.0.0.1", noHostname: true, is: unknownCA,
+			text: "signed by unknown authority", leaf: otherHost},
+		{name: "no hostname verification/client certificate", issuer: ca, host: "127.0.0.1", noHostname: true, is: wrongUsage,
+			text: "incompatible key usage", leaf: servertest.Leaf{Client: true, DNSNames: otherHost.DNSNames}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cert := mustIssue(t, tc.issuer, tc.leaf)
 			b := startBookie(t, withServerTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}))
 			p := newPool(t, Config{TLS: &tls.Config{RootCAs: ca.Pool, ServerName: tc.serverName, MinVersion: tls.VersionTLS12},
-				ReconnectMin: time.Minute, ReconnectMax: time.Minute})
+				TLSHostnameVerificationDisabled: tc.noHostname, ReconnectMin: time.Minute, ReconnectMax: time.Minute})
 			conn := p.Conn(net.JoinHostPort(tc.host, b.tlsPort()))
 			col := newCollector(1)
 			conn.Add(1, 0, &keyA, 0, parts(1, 0, []byte("x")), col.onAdd, nil)
@@ -146,7 +162,7 @@ func TestTLSClientVerifiesBookieCertificate(t *testing.T) {
 			}
 			var cve *tls.CertificateVerificationError
 			if !errors.Is(r.err, ErrConnection) || errors.Is(r.err, ErrAuth) || !errors.As(r.err, &cve) || !tc.is(r.err) {
-				t.Fatalf("add: %v (%T), want ErrConnection wrapping the x509 error", r.err, errors.Unwrap(r.err))
+				t.Fatalf("add: %v, want ErrConnection wrapping the x509 error", r.err)
 			}
 			if !strings.Contains(r.err.Error(), tc.text) {
 				t.Fatalf("add: %q does not name the cause (%q)", r.err, tc.text)
@@ -155,6 +171,36 @@ func TestTLSClientVerifiesBookieCertificate(t *testing.T) {
 				t.Fatalf("%d adds reached the bookie", adds)
 			}
 		})
+	}
+}
+
+// TestTLSHostnameVerificationDisabledKeepsVerifyConnection: the configuration's own
+// VerifyConnection still runs, after the transport's check, and can refuse the bookie; the
+// option needs TLS; and the caller's tls.Config is left as it was.
+func TestTLSHostnameVerificationDisabledKeepsVerifyConnection(t *testing.T) {
+	if _, err := NewPool(Config{TLSHostnameVerificationDisabled: true}); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("TLSHostnameVerificationDisabled without TLS: %v, want ErrBadConfig", err)
+	}
+	ca := mustCA(t, "ringkeeper test CA")
+	b := startBookie(t, withServerTLS(&tls.Config{Certificates: []tls.Certificate{mustIssue(t, ca, servertest.Leaf{DNSNames: []string{"bookie-a.example"}})},
+		MinVersion: tls.VersionTLS12}))
+	var calls atomic.Int32
+	refuse := errors.New("refused by the application")
+	cfg := &tls.Config{RootCAs: ca.Pool, MinVersion: tls.VersionTLS12, VerifyConnection: func(cs tls.ConnectionState) error {
+		calls.Add(1)
+		return refuse
+	}}
+	p := newPool(t, Config{TLS: cfg, TLSHostnameVerificationDisabled: true, ReconnectMin: time.Minute, ReconnectMax: time.Minute})
+	col := newCollector(1)
+	p.Conn(b.tlsAddr).Add(1, 0, &keyA, 0, parts(1, 0, []byte("x")), col.onAdd, nil)
+	if r := col.one(t); !errors.Is(r.err, ErrConnection) || !errors.Is(r.err, refuse) || calls.Load() != 1 {
+		t.Fatalf("add: %v after %d VerifyConnection calls, want ErrConnection wrapping its refusal", r.err, calls.Load())
+	}
+	if cfg.InsecureSkipVerify {
+		t.Fatal("NewPool changed the caller's tls.Config")
+	}
+	if adds, _, _, _ := b.st.Counters(); adds != 0 {
+		t.Fatalf("%d adds reached the bookie", adds)
 	}
 }
 
