@@ -40,7 +40,11 @@ type Config struct {
 	// BookieID is bookieId: overrides host:port as the bookie's identity.
 	BookieID string
 	// TLSPort serves the same protocol over TLS (0 = off), with TLSCertificatePath,
-	// TLSKeyPath, TLSTrustStorePath (client CAs) and TLSClientAuthentication.
+	// TLSKeyPath, TLSTrustStorePath (client CAs) and TLSClientAuthentication (see
+	// server.LoadTLSConfig): with a trust store, a client certificate that has expired, is not
+	// yet valid or does not chain to it fails the handshake, and nothing the client sent is
+	// processed; TLSClientAuthentication also refuses clients without one (it needs the trust
+	// store). PEM files, not Java key stores, whatever the keys' names say.
 	TLSPort                 int
 	TLSCertificatePath      string
 	TLSKeyPath              string

@@ -61,6 +61,10 @@ type Config struct {
 	TLSAddr string
 	// TLSConfig is the server's TLS configuration (certificate, and ClientAuth/ClientCAs for
 	// client certificates); required when TLSAddr is set. LoadTLSConfig builds one from files.
+	// A client whose certificate it refuses (expired or not yet valid, not chaining to
+	// ClientCAs, missing where required) fails the handshake: the connection is closed with a
+	// TLS alert naming the cause before any request on it is read (over TLS 1.3 the client
+	// may already have sent some), and the failure is logged at Info level with its cause.
 	TLSConfig *tls.Config
 	// TLSHandshakeTimeout bounds each TLS handshake. Default DefaultTLSHandshakeTimeout.
 	TLSHandshakeTimeout time.Duration
@@ -259,7 +263,10 @@ func (c *Config) Validate() error {
 // LoadTLSConfig builds a server TLS configuration from PEM files: the certificate chain and
 // key, and optionally a CA bundle that client certificates must chain to. With caFile set,
 // requireClientCert demands a verified client certificate; without it a client certificate is
-// verified only if presented. The minimum version is TLS 1.2.
+// verified only if presented (an expired or foreign one is refused all the same, a client
+// without one is served). Verification checks the chain to the bundle, the validity period
+// and the client-authentication key usage, not the names in the certificate. The minimum
+// version is TLS 1.2.
 func LoadTLSConfig(certFile, keyFile, caFile string, requireClientCert bool) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
