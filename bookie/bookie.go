@@ -231,14 +231,14 @@ func (b *Bookie) info() metadata.BookieInfo {
 	}
 	host, port, _ := net.SplitHostPort(b.id)
 	p, _ := strconv.Atoi(port)
-	eps := []metadata.Endpoint{{ID: "bookie", Protocol: "bookie-rpc", Host: host, Port: p}}
+	eps := []metadata.Endpoint{{ID: metadata.EndpointBookie, Protocol: "bookie-rpc", Host: host, Port: p}}
 	if a := b.srv.TLSAddr(); a != nil {
-		eps = append(eps, metadata.Endpoint{ID: "bookie-tls", Protocol: "bookie-rpc+tls", Host: host, Port: a.(*net.TCPAddr).Port})
+		eps = append(eps, metadata.Endpoint{ID: metadata.EndpointBookieTLS, Protocol: "bookie-rpc+tls", Host: host, Port: a.(*net.TCPAddr).Port})
 	}
 	if b.httpAddr != "" {
 		_, hp, _ := net.SplitHostPort(b.httpAddr)
 		n, _ := strconv.Atoi(hp)
-		eps = append(eps, metadata.Endpoint{ID: "http", Protocol: "http", Host: host, Port: n})
+		eps = append(eps, metadata.Endpoint{ID: metadata.EndpointHTTP, Protocol: "http", Host: host, Port: n})
 	}
 	return metadata.BookieInfo{ID: b.id, State: state, Endpoints: eps, FreeDiskBytes: free, TotalDiskBytes: total}
 }

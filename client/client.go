@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +24,9 @@ type Config struct {
 	MetadataURI string
 	Metadata    metadata.Options
 	// Transport configures bookie connections (timeouts: addEntryTimeout, readTimeout; TLS;
-	// auth).
+	// auth). With TLS set, each bookie is dialled at the TLS endpoint it registers (its
+	// tlsPort), not at its id; its certificate must then name the endpoint's host (usually an
+	// IP address) or TLSHostnameVerificationDisabled be set.
 	Transport transport.Config
 	// Placement chooses bookies; nil means RandomPlacement.
 	Placement PlacementPolicy
@@ -83,9 +87,15 @@ type Client struct {
 	md   metadata.Driver
 	pool *transport.Pool
 
-	// mu guards bookies.
+	// mu guards bookies and tlsAddrs.
 	mu      sync.RWMutex
 	bookies []metadata.BookieInfo // writable bookies, refreshed by the watcher
+	// tlsAddrs maps bookie ids to the address of their TLS endpoint as last registered (a
+	// client with Transport.TLS only): a bookie serves TLS on its own port (tlsPort), while
+	// ensembles name it by its id, the plaintext address. Entries stay after a bookie leaves
+	// the registry, so that a bookie that is down keeps its TLS address; one per bookie id
+	// ever registered.
+	tlsAddrs map[string]string
 
 	// pendingAdds counts the adds in flight, against MaxPendingAdds.
 	pendingAdds atomic.Int64
@@ -141,7 +151,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			md.Close()
 			return nil, err
 		}
-		c.cfg.dial = func(addr string) bookieConn { return c.pool.Conn(addr) }
+		c.cfg.dial = func(id string) bookieConn { return c.pool.Conn(c.bookieAddr(id)) }
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	watch, err := md.Bookies().Watch(c.ctx)
@@ -173,8 +183,45 @@ func (c *Client) setBookies(all []metadata.BookieInfo) {
 		}
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.bookies = writable
-	c.mu.Unlock()
+	if c.cfg.Transport.TLS == nil {
+		return
+	}
+	if c.tlsAddrs == nil {
+		c.tlsAddrs = map[string]string{}
+	}
+	for _, b := range all {
+		if addr, ok := tlsEndpoint(b); ok {
+			c.tlsAddrs[b.ID] = addr
+		}
+	}
+}
+
+// tlsEndpoint returns the address of b's TLS endpoint, if it registered one.
+func tlsEndpoint(b metadata.BookieInfo) (string, bool) {
+	for _, e := range b.Endpoints {
+		if e.ID == metadata.EndpointBookieTLS {
+			return net.JoinHostPort(e.Host, strconv.Itoa(e.Port)), true
+		}
+	}
+	return "", false
+}
+
+// bookieAddr is the address the transport dials for the bookie id: the id itself, or, for a
+// client with Transport.TLS, the bookie's TLS endpoint. A bookie whose TLS endpoint this client
+// never saw is dialled at its id, and fails the TLS handshake there if that port is plaintext.
+func (c *Client) bookieAddr(id string) string {
+	if c.cfg.Transport.TLS == nil {
+		return id
+	}
+	c.mu.RLock()
+	addr, ok := c.tlsAddrs[id]
+	c.mu.RUnlock()
+	if !ok {
+		return id
+	}
+	return addr
 }
 
 // takeAddPermit counts one more add in flight, unless MaxPendingAdds are already.

@@ -53,6 +53,13 @@ type Endpoint struct {
 	Auth []string `json:"auth,omitempty"`
 }
 
+// Endpoint ids a bookie registers.
+const (
+	EndpointBookie    = "bookie"     // the protocol, plaintext: the address in the bookie id
+	EndpointBookieTLS = "bookie-tls" // the protocol over TLS (the bookie's tlsPort)
+	EndpointHTTP      = "http"       // the admin HTTP server
+)
+
 // BookieInfo is what a bookie publishes when it registers.
 type BookieInfo struct {
 	// ID is the bookie id, normally host:port (see ValidateBookieID).
