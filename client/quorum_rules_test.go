@@ -1,0 +1,302 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
+	"github.com/ringkeeper/ringkeeper/metadata"
+	"github.com/ringkeeper/ringkeeper/net/protocol"
+	"github.com/ringkeeper/ringkeeper/net/transport"
+)
+
+// answerOrder orders bookies' answers to reads of the same entry: the answers of some bookies
+// are counted as they are delivered, and a gated answer is delivered only once n of them were.
+type answerOrder struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	seen map[int64]int // entry → counted answers delivered
+}
+
+func newAnswerOrder() *answerOrder {
+	o := &answerOrder{seen: map[int64]int{}}
+	o.cond = sync.NewCond(&o.mu)
+	return o
+}
+
+// counted wraps cb so that its delivery counts for entryID; change, if set, changes the answer.
+func (o *answerOrder) counted(entryID int64, cb transport.ReadCallback,
+	change func(rc protocol.ReturnCode, entry []byte, err error) (protocol.ReturnCode, []byte, error)) transport.ReadCallback {
+	return func(ctx any, rc protocol.ReturnCode, entry []byte, err error) {
+		if change != nil {
+			rc, entry, err = change(rc, entry, err)
+		}
+		cb(ctx, rc, entry, err)
+		o.mu.Lock()
+		o.seen[entryID]++
+		o.cond.Broadcast()
+		o.mu.Unlock()
+	}
+}
+
+// after wraps cb so that it is called only once n counted answers for entryID were delivered
+// (on its own goroutine, with a copy of the entry).
+func (o *answerOrder) after(n int, entryID int64, cb transport.ReadCallback) transport.ReadCallback {
+	return func(ctx any, rc protocol.ReturnCode, entry []byte, err error) {
+		entry = append([]byte(nil), entry...)
+		go func() {
+			o.mu.Lock()
+			for o.seen[entryID] < n {
+				o.cond.Wait()
+			}
+			o.mu.Unlock()
+			cb(ctx, rc, entry, err)
+		}()
+	}
+}
+
+func isRecoveryRead(entryID int64, flags protocol.Flags) bool {
+	return entryID >= 0 && flags.Has(protocol.FlagDoFencing)
+}
+
+// TestRecoveryNeverCountsErrorsAsMissing: (3,3,2) with entries past the LAC that recovery must
+// re-read. For every recovery read one bookie answers NoSuchEntry (as one that lost its copies
+// would), a second one fails the read (EIO, a damaged copy, a timeout), and only then the
+// third answers with its good copy. A failed read does not say that the entry is missing
+// (BookKeeper #2908: an I/O error reported as NoSuchEntry truncated a ledger): counted as
+// missing, it would make Qw−Qa+1 = 2 and recovery would close the ledger at its LAC, dropping
+// acknowledged entries.
+func TestRecoveryNeverCountsErrorsAsMissing(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer func(rc protocol.ReturnCode, entry []byte, err error) (protocol.ReturnCode, []byte, error)
+	}{
+		{"EIO", func(protocol.ReturnCode, []byte, error) (protocol.ReturnCode, []byte, error) {
+			return protocol.EIO, nil, nil
+		}},
+		{"damaged copy", func(rc protocol.ReturnCode, entry []byte, err error) (protocol.ReturnCode, []byte, error) {
+			if rc == protocol.EOK {
+				entry = append([]byte(nil), entry...)
+				entry[len(entry)-1] ^= 0xff
+			}
+			return rc, entry, err
+		}},
+		{"timeout", func(protocol.ReturnCode, []byte, error) (protocol.ReturnCode, []byte, error) {
+			return 0, nil, transport.ErrTimeout
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := clustertest.Start(t, 3)
+			lh := ledgerWithUnconfirmedTail(t, c) // 0..25 acknowledged, the last ones carrying a lagging LAC
+			ens := lh.Metadata().Ensembles[0].Bookies
+			order := newAnswerOrder()
+			r := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
+				s := &scriptConn{bookieConn: conn, addr: addr}
+				s.read = func(entryID int64, flags protocol.Flags, cb transport.ReadCallback, ctx any) bool {
+					if !isRecoveryRead(entryID, flags) {
+						return false
+					}
+					switch addr {
+					case ens[0]:
+						cb = order.counted(entryID, cb, func(protocol.ReturnCode, []byte, error) (protocol.ReturnCode, []byte, error) {
+							return protocol.ENOENTRY, nil, nil
+						})
+					case ens[1]:
+						cb = order.counted(entryID, cb, tc.answer)
+					default: // the good copy answers last
+						cb = order.after(2, entryID, cb)
+					}
+					// The bookie is asked all the same: a fencing read fences it first.
+					conn.Read(lh.ID(), entryID, flags, &lh.key, cb, ctx)
+					return true
+				}
+				return s
+			})
+			recoverAt(t, r, lh, 25)
+		})
+	}
+}
+
+// TestRecoveryStopsAtTheFirstMissingEntry: (5,3,2). The writer's entry 10 reaches one bookie
+// of its write set (the other two hold it), entry 11 all three of its own, which differs: 11 is
+// on an ack quorum but was never acknowledged, since 10 was not. Recovery sees 10 missing on
+// two bookies (Qw−Qa+1) before the third answers, and must close at 9: not skip the gap to
+// keep 11. Its reads fenced the bookies that hold 10 back, so the writer's held adds are then
+// refused and it acknowledges nothing past 9.
+func TestRecoveryStopsAtTheFirstMissingEntry(t *testing.T) {
+	c := clustertest.Start(t, 5)
+	ctx := context.Background()
+	var held struct {
+		sync.Mutex
+		sends []func()
+	}
+	var ens []string
+	w := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
+		return &scriptConn{bookieConn: conn, addr: addr, add: func(entryID int64, _ protocol.Flags, send func(), _ transport.AddCallback, _ any) bool {
+			if entryID != 10 || addr == ens[0] {
+				return false
+			}
+			held.Lock()
+			held.sends = append(held.sends, send)
+			held.Unlock()
+			return true
+		}}
+	})
+	waitWritable(t, w, 5)
+	lh := createLedger(t, w, 5, 3, 2)
+	ens = lh.Metadata().Ensembles[0].Bookies
+	appendN(t, lh, 10)
+	results := make(chan string, 2)
+	for i := int64(10); i < 12; i++ {
+		lh.AppendAsync(payload(lh.ID(), i), func(id int64, err error) { results <- fmt.Sprintf("entry %d: id %d, %v", i, id, err) })
+	}
+	// Entry 10 (write set ens[0..2]) is on ens[0] only; entry 11 (ens[1..3]) on all three.
+	if got := copiesOn(t, w, lh, ens[:3], 10, map[string]bool{ens[1]: true, ens[2]: true}); len(got) != 1 {
+		t.Fatalf("entry 10 is on %v, want %s only", got, ens[0])
+	}
+	if got := copiesOn(t, w, lh, ens[1:4], 11, nil); len(got) != 3 {
+		t.Fatalf("entry 11 is on %v, want %v", got, ens[1:4])
+	}
+	select {
+	case r := <-results:
+		t.Fatalf("acknowledged before entry 10 reached an ack quorum: %s", r)
+	default:
+	}
+
+	order := newAnswerOrder()
+	r := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
+		s := &scriptConn{bookieConn: conn, addr: addr}
+		s.read = func(entryID int64, flags protocol.Flags, cb transport.ReadCallback, ctx any) bool {
+			if entryID != 10 || !isRecoveryRead(entryID, flags) {
+				return false
+			}
+			if addr == ens[0] { // its copy answers after the two "missing"
+				cb = order.after(2, entryID, cb)
+			} else {
+				cb = order.counted(entryID, cb, nil)
+			}
+			conn.Read(lh.ID(), entryID, flags, &lh.key, cb, ctx)
+			return true
+		}
+		return s
+	})
+	rh := recoverAt(t, r, lh, 9)
+	if _, err := rh.Read(ctx, 10, 10); !errors.Is(err, ErrNoSuchEntry) {
+		t.Fatalf("read of entry 10 past the end: %v", err)
+	}
+
+	held.Lock()
+	sends := held.sends
+	held.sends = nil
+	held.Unlock()
+	for _, send := range sends {
+		send() // the writer's adds of entry 10 reach the bookies recovery fenced
+	}
+	for range 2 {
+		select {
+		case r := <-results:
+			if !strings.Contains(r, ErrLedgerFenced.Error()) {
+				t.Fatalf("after recovery closed the ledger at 9: %s, want ErrLedgerFenced", r)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the writer's adds never completed")
+		}
+	}
+}
+
+// TestFencingCoverageWithEnsembleLargerThanWriteQuorum: (6,3,2), whose write quorums are the
+// six windows of three consecutive bookies, wrapping around. The fencing LAC read to two
+// bookies is lost. Recovery may go on only if every window has fewer than Qa = 2 of them: so
+// with bookies 0 and 3 (no window holds both), not with 1 and 3 (window 1-3), nor with 5 and 1
+// (window 5,0,1, across the wrap). When it may not, it fails and leaves the ledger in
+// recovery, not closed; a later recovery with every bookie answering keeps every entry.
+func TestFencingCoverageWithEnsembleLargerThanWriteQuorum(t *testing.T) {
+	c := clustertest.Start(t, 6)
+	ctx := context.Background()
+	w := newClient(t, c, nil)
+	waitWritable(t, w, 6)
+	for _, tc := range []struct {
+		lost    [2]int
+		covered bool
+	}{{[2]int{0, 3}, true}, {[2]int{1, 3}, false}, {[2]int{5, 1}, false}} {
+		t.Run(fmt.Sprint("lost ", tc.lost[0], ",", tc.lost[1]), func(t *testing.T) {
+			lh := createLedger(t, w, 6, 3, 2)
+			appendN(t, lh, 12)
+			ens := lh.Metadata().Ensembles[0].Bookies
+			lost := map[string]bool{ens[tc.lost[0]]: true, ens[tc.lost[1]]: true}
+			r := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
+				return &faultConn{inner: conn, addr: addr, failFencingLAC: lost[addr]}
+			})
+			if tc.covered {
+				recoverAt(t, r, lh, 11)
+				return
+			}
+			if _, err := r.OpenLedger(ctx, lh.ID(), password, true); !errors.Is(err, ErrNotEnoughBookies) {
+				t.Fatalf("recovery with write quorum %v not covered: %v, want ErrNotEnoughBookies", tc.lost, err)
+			}
+			if md, _, err := w.md.Ledgers().Read(ctx, lh.ID()); err != nil || md.State != metadata.StateInRecovery {
+				t.Fatalf("after the refused recovery: %v (%v), want in recovery", md.State, err)
+			}
+			recoverAt(t, newClient(t, c, nil), lh, 11)
+		})
+	}
+}
+
+// TestReadReportsMissingOnlyWhenEveryReplicaDoes: two replicas of entry 5 answer NoSuchEntry
+// (as bookies that lost it, or a replacement that never got it, would). With the third
+// replica's good copy the read succeeds; with an I/O error from the third it fails, but not
+// with ErrNoSuchEntry (the entry may well exist); with NoSuchEntry from all three it is
+// ErrNoSuchEntry.
+func TestReadReportsMissingOnlyWhenEveryReplicaDoes(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	ctx := context.Background()
+	lh := createLedger(t, newClient(t, c, nil), 3, 3, 2)
+	appendN(t, lh, 10)
+	if err := lh.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ens := lh.Metadata().Ensembles[0].Bookies
+	for _, third := range []protocol.ReturnCode{protocol.EOK, protocol.EIO, protocol.ENOENTRY} {
+		t.Run(fmt.Sprint("third answers ", third), func(t *testing.T) {
+			r := newClient(t, c, func(addr string, conn bookieConn) bookieConn {
+				return &scriptConn{bookieConn: conn, addr: addr, read: func(entryID int64, _ protocol.Flags, cb transport.ReadCallback, ctx any) bool {
+					switch {
+					case entryID != 5:
+						return false
+					case addr != ens[2]:
+						go cb(ctx, protocol.ENOENTRY, nil, nil)
+					case third != protocol.EOK:
+						go cb(ctx, third, nil, nil)
+					default:
+						return false
+					}
+					return true
+				}}
+			})
+			rh, err := r.OpenLedger(ctx, lh.ID(), password, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			es, err := rh.Read(ctx, 5, 5)
+			switch third {
+			case protocol.EOK:
+				if err != nil || len(es) != 1 || string(es[0].Payload) != string(payload(lh.ID(), 5)) {
+					t.Fatalf("read with one good replica: %v", err)
+				}
+			case protocol.EIO:
+				if err == nil || errors.Is(err, ErrNoSuchEntry) {
+					t.Fatalf("read with one replica unknown: %v, want an error other than ErrNoSuchEntry", err)
+				}
+			default:
+				if !errors.Is(err, ErrNoSuchEntry) {
+					t.Fatalf("read with every replica missing: %v, want ErrNoSuchEntry", err)
+				}
+			}
+		})
+	}
+}
