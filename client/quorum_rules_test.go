@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -298,5 +299,179 @@ func TestReadReportsMissingOnlyWhenEveryReplicaDoes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// scriptedAdds holds or fails a writer's adds per bookie and entry, and records the LAC that
+// each add carries in its header.
+type scriptedAdds struct {
+	mu     sync.Mutex
+	action map[string]map[int64]string // bookie → entry → "hold" or "fail"
+	held   map[string][]func()         // bookie → its held sends
+	lacs   map[int64][]int64           // entry → the LAC of each of its sends
+}
+
+func newScriptedAdds() *scriptedAdds {
+	return &scriptedAdds{action: map[string]map[int64]string{}, held: map[string][]func(){}, lacs: map[int64][]int64{}}
+}
+
+func (s *scriptedAdds) set(addr, action string, entries ...int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.action[addr] == nil {
+		s.action[addr] = map[int64]string{}
+	}
+	for _, e := range entries {
+		s.action[addr][e] = action
+	}
+}
+
+// release sends addr's held adds and lets its later ones through.
+func (s *scriptedAdds) release(addr string) {
+	s.mu.Lock()
+	held := s.held[addr]
+	delete(s.held, addr)
+	delete(s.action, addr)
+	s.mu.Unlock()
+	for _, send := range held {
+		send()
+	}
+}
+
+func (s *scriptedAdds) heldCount(addr string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.held[addr])
+}
+
+func (s *scriptedAdds) wrap(addr string, conn bookieConn) bookieConn {
+	return &scriptedAddConn{bookieConn: conn, addr: addr, s: s}
+}
+
+type scriptedAddConn struct {
+	bookieConn
+	addr string
+	s    *scriptedAdds
+}
+
+func (c *scriptedAddConn) Add(ledgerID, entryID int64, key *[20]byte, flags protocol.Flags, entry [][]byte, cb transport.AddCallback, ctx any) {
+	send := func() { c.bookieConn.Add(ledgerID, entryID, key, flags, entry, cb, ctx) }
+	s := c.s
+	s.mu.Lock()
+	s.lacs[entryID] = append(s.lacs[entryID], int64(binary.BigEndian.Uint64(entry[0][16:24])))
+	action := s.action[c.addr][entryID]
+	if action == "hold" {
+		s.held[c.addr] = append(s.held[c.addr], send)
+	}
+	s.mu.Unlock()
+	switch action {
+	case "hold":
+	case "fail":
+		go cb(ctx, 0, transport.ErrConnection)
+	default:
+		send()
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+	}
+}
+
+// TestAckOfAReplacedBookieIsNotCounted: (3,3,2). ens[2] acknowledges entry 0 while ens[0] and
+// ens[1] hold it, then fails entry 1: the ensemble change replaces ens[2] with the spare from
+// entry 0 on (LAC+1). Entry 0 is then on one bookie of the fragment the metadata records for
+// it, whatever ens[2] said, so ens[0]'s acknowledgement must not complete it: only the spare's
+// can. Meanwhile the writer's next entry carries LAC −1, and the callbacks come in entry order.
+func TestAckOfAReplacedBookieIsNotCounted(t *testing.T) {
+	c := clustertest.Start(t, 4)
+	ctx := context.Background()
+	s := newScriptedAdds()
+	w := newClient(t, c, s.wrap)
+	waitWritable(t, w, 4)
+	lh := createLedger(t, w, 3, 3, 2)
+	ens := lh.Metadata().Ensembles[0].Bookies
+	spare := spareOf(t, c, ens)
+	s.set(ens[0], "hold", 0, 1)
+	s.set(ens[1], "hold", 0, 1, 2)
+	s.set(ens[2], "fail", 1)
+	s.set(spare, "hold", 0, 1, 2)
+	results := make(chan string, 4)
+	appendOne := func(i int64) {
+		lh.AppendAsync(payload(lh.ID(), i), func(id int64, err error) { results <- fmt.Sprintf("entry %d: id %d, err %v", i, id, err) })
+	}
+	// opState reports entry 0's acknowledgements and the handle's LAC, in one critical section.
+	opState := func() (acked uint64, completed bool, lac int64) {
+		lh.mu.Lock()
+		defer lh.mu.Unlock()
+		if len(lh.pending) == 0 || lh.pending[0].entryID != 0 {
+			return 0, false, lh.lac
+		}
+		return lh.pending[0].acked, lh.pending[0].completed, lh.lac
+	}
+
+	appendOne(0)
+	waitFor(t, "ens[2] acknowledges entry 0", func() bool { acked, _, _ := opState(); return acked == 1<<2 })
+	appendOne(1) // ens[2] fails it: the ensemble change replaces ens[2] with the spare
+	waitFor(t, "the ensemble change resends entries 0 and 1 to the spare", func() bool {
+		lh.mu.Lock()
+		changing := lh.changing
+		lh.mu.Unlock()
+		return !changing && s.heldCount(spare) == 2
+	})
+	if md := lh.Metadata(); len(md.Ensembles) != 1 || md.Ensembles[0].Bookies[2] != spare {
+		t.Fatalf("ensembles after the change: %+v, want ens[2] replaced by %s from entry 0", md.Ensembles, spare)
+	}
+	if acked, completed, lac := opState(); acked != 0 || completed || lac != -1 {
+		t.Fatalf("after the change entry 0 has acks %b (completed %v), LAC %d: the replaced bookie's ack still counts", acked, completed, lac)
+	}
+	appendOne(2)
+
+	s.release(ens[0]) // one acknowledgement in the new fragment: not an ack quorum
+	waitFor(t, "ens[0] acknowledges entry 0", func() bool { acked, _, _ := opState(); return acked == 1 })
+	if _, completed, lac := opState(); completed || lac != -1 {
+		t.Fatalf("entry 0 completed (LAC %d) with ens[0]'s ack and the replaced ens[2]'s", lac)
+	}
+	select {
+	case r := <-results:
+		t.Fatalf("called back with entry 0 on one bookie of its fragment: %s", r)
+	default:
+	}
+
+	s.release(spare)
+	for i := range int64(3) {
+		select {
+		case r := <-results:
+			if want := fmt.Sprintf("entry %d: id %d, err <nil>", i, i); r != want {
+				t.Fatalf("callback %d: %s, want %s", i, r, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("entry %d never acknowledged", i)
+		}
+	}
+	s.release(ens[1])
+	appendOne(3)
+	if r := <-results; r != "entry 3: id 3, err <nil>" {
+		t.Fatal(r)
+	}
+	s.mu.Lock()
+	for e, want := range map[int64]int64{1: -1, 2: -1, 3: 2} {
+		for _, lac := range s.lacs[e] {
+			if lac != want {
+				t.Errorf("entry %d was sent with LAC %d, want %d", e, lac, want)
+			}
+		}
+	}
+	s.mu.Unlock()
+	if err := lh.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ws := lh.Metadata().Ensembles[0].Bookies
+	if held := copiesOn(t, w, lh, ws, 0, nil); len(held) != 3 {
+		t.Fatalf("entry 0 is on %v of its fragment %v", held, ws)
 	}
 }
