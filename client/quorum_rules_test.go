@@ -475,3 +475,91 @@ func TestAckOfAReplacedBookieIsNotCounted(t *testing.T) {
 		t.Fatalf("entry 0 is on %v of its fragment %v", held, ws)
 	}
 }
+
+// TestConcurrentRecoverersWithDifferentEnds: (3,3,2), the writer's entry 10 is on ens[0]
+// only. Recoverer B reads it from ens[0] first and re-adds it, but its recovery adds are held;
+// recoverer A meanwhile sees entry 10 missing on ens[1] and ens[2] first and closes the ledger
+// at 9. B then completes: its close finds the ledger closed, and B's handle must adopt A's end
+// (9), not keep its own (10): two readers of the ledger must never see different contents.
+func TestConcurrentRecoverersWithDifferentEnds(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	ctx := context.Background()
+	s := newScriptedAdds()
+	w := newClient(t, c, s.wrap)
+	lh := createLedger(t, w, 3, 3, 2)
+	ens := lh.Metadata().Ensembles[0].Bookies
+	appendN(t, lh, 10)
+	s.set(ens[1], "hold", 10)
+	s.set(ens[2], "hold", 10)
+	writerResult := make(chan error, 1)
+	lh.AppendAsync(payload(lh.ID(), 10), func(_ int64, err error) { writerResult <- err })
+	waitFor(t, "entry 10 reaches ens[0]", func() bool {
+		return len(copiesOn(t, w, lh, ens[:1], 10, map[string]bool{ens[0]: true})) == 1
+	})
+
+	// recoverer opens lh on a client whose recovery reads of entry 10 answer in an order: the
+	// bookie first (ens[0] first) or last (after the two others).
+	recoverer := func(ens0First bool, holdAdds *sync.WaitGroup, heldAdds *sync.WaitGroup) *Client {
+		order := newAnswerOrder()
+		return newClient(t, c, func(addr string, conn bookieConn) bookieConn {
+			sc := &scriptConn{bookieConn: conn, addr: addr}
+			sc.read = func(entryID int64, flags protocol.Flags, cb transport.ReadCallback, ctx any) bool {
+				if entryID != 10 || !isRecoveryRead(entryID, flags) {
+					return false
+				}
+				switch {
+				case ens0First == (addr == ens[0]):
+					cb = order.counted(entryID, cb, nil)
+				case ens0First:
+					cb = order.after(1, entryID, cb)
+				default:
+					cb = order.after(2, entryID, cb)
+				}
+				conn.Read(lh.ID(), entryID, flags, &lh.key, cb, ctx)
+				return true
+			}
+			if holdAdds != nil {
+				sc.add = func(entryID int64, flags protocol.Flags, send func(), _ transport.AddCallback, _ any) bool {
+					if entryID != 10 || !flags.Has(protocol.FlagRecoveryAdd) {
+						return false
+					}
+					heldAdds.Done()
+					go func() { holdAdds.Wait(); send() }()
+					return true
+				}
+			}
+			return sc
+		})
+	}
+	var gate, held sync.WaitGroup
+	gate.Add(1)
+	held.Add(3)
+	b := recoverer(true, &gate, &held)
+	bDone := make(chan error, 1)
+	var bh *Ledger
+	go func() {
+		var err error
+		bh, err = b.OpenLedger(ctx, lh.ID(), password, true)
+		bDone <- err
+	}()
+	held.Wait() // B found entry 10 and is re-adding it
+	ah := recoverAt(t, recoverer(false, nil, nil), lh, 9)
+	gate.Done()
+	if err := <-bDone; err != nil {
+		t.Fatalf("recoverer B: %v", err)
+	}
+	if md := bh.Metadata(); md.State != metadata.StateClosed || md.LastEntryID != 9 || !md.Equal(ah.Metadata()) {
+		t.Fatalf("recoverer B's handle: closed at %d (%v), want A's end 9", md.LastEntryID, md.State)
+	}
+	if last := bh.LastAddConfirmed(); last != 9 {
+		t.Fatalf("recoverer B's handle has LAC %d, want 9", last)
+	}
+	if _, err := bh.Read(ctx, 10, 10); !errors.Is(err, ErrNoSuchEntry) {
+		t.Fatalf("recoverer B reads entry 10 past the end: %v", err)
+	}
+	s.release(ens[1])
+	s.release(ens[2])
+	if err := <-writerResult; err == nil {
+		t.Fatal("the writer's entry 10 was acknowledged after the ledger was closed at 9")
+	}
+}
