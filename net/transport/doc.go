@@ -45,6 +45,14 @@
 // (ConnStats.Unmatched), logged at debug level and dropped. The protocol cannot tell a late
 // response from the answer to a newer request with the same key; for the same entry on the
 // same bookie both carry the same data, so this is harmless, as it is in BookKeeper.
+// Not quite harmless: the answers to two requests for one key that differ in flags (a
+// fencing and a plain read of one entry, a recovery add and a plain add) can also be
+// swapped, and nothing in a v2 response tells them apart. A recoverer and a tailing reader
+// (or the ledger's writer) of the same ledger in one process, on one connection, could then
+// take the plain read's answer for the fence's, shortly before the bookie applies the fence
+// (the fencing read is already on the wire). BookKeeper's v2 client has the same window;
+// closing it would need the transport to hold such a request back while the other is
+// pending.
 //
 // An add's response carries the ids from the stored entry's header, so Add checks that the
 // header matches its ledgerID and entryID arguments (ErrBadRequest otherwise).
