@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -100,6 +101,32 @@ func (b *Batch) DeleteLedger(ledgerID int64) {
 	b.seq++
 }
 
+// DeleteFencedLedger is DeleteLedger for a ledger that was fenced when it was deleted: in the
+// same batch it sets the ledger's fenced-deleted tombstone, dated deletedAt (the wall clock:
+// it outlives the process), replacing any earlier one. The deletion and the tombstone are one
+// atomic write, so no crash leaves the deletion durable without the tombstone (the old writer
+// of a ledger recovered, fenced and deleted must not create it again; BookKeeper #4462).
+func (b *Batch) DeleteFencedLedger(ledgerID int64, deletedAt time.Time) {
+	if ledgerID < 0 {
+		b.fail(fmt.Errorf("%w: ledger %d", ErrBadID, ledgerID))
+		return
+	}
+	b.DeleteLedger(ledgerID)
+	putFencedDeletedKey(b.key[:ledgerKeyLen], ledgerID)
+	b.buf = appendFencedDeleted(b.buf[:0], deletedAt)
+	_ = b.pb.Set(b.key[:ledgerKeyLen], b.buf, nil)
+}
+
+// DropFencedDeleted removes ledgerID's fenced-deleted tombstone, if any (it expired).
+func (b *Batch) DropFencedDeleted(ledgerID int64) {
+	if ledgerID < 0 {
+		b.fail(fmt.Errorf("%w: ledger %d", ErrBadID, ledgerID))
+		return
+	}
+	putFencedDeletedKey(b.key[:ledgerKeyLen], ledgerID)
+	_ = b.pb.Delete(b.key[:ledgerKeyLen], nil)
+}
+
 // PutCheckpoint sets the checkpoint record (see Index.Checkpoint) to v, which is copied.
 func (b *Batch) PutCheckpoint(v []byte) {
 	if len(v) > MaxCheckpointLen {
@@ -110,7 +137,8 @@ func (b *Batch) PutCheckpoint(v []byte) {
 	_ = b.pb.Delete(upgradedKey, nil)
 }
 
-// Len returns the number of operations in the batch (a DeleteLedger counts as two).
+// Len returns the number of operations in the batch (a DeleteLedger counts as two, a
+// DeleteFencedLedger as three).
 func (b *Batch) Len() int { return int(b.pb.Count()) + len(b.puts) }
 
 // Commit applies the batch and empties it for reuse. With sync, Commit returns only after

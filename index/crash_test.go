@@ -16,8 +16,9 @@ import (
 )
 
 // The crash workload: batch i writes ledger i (its state and crashEntries(i) locations);
-// batch i with i%4 == 0 also deletes ledger i-5; batch i is committed without sync when
-// i%3 == 1, with sync otherwise.
+// batch i with i%4 == 0 also deletes ledger i-5, with i%8 == 0 as a fenced ledger (its
+// tombstone, dated crashDeletedAt(i), in the same batch); batch i is committed without sync
+// when i%3 == 1, with sync otherwise.
 
 func crashEntries(i int64) int64 {
 	if i%25 == 24 {
@@ -34,6 +35,11 @@ func crashDeleter(l int64) (int64, bool) {
 	return d, d%4 == 0
 }
 
+// crashTombstone says the deletion in batch d leaves a fenced-deleted tombstone.
+func crashTombstone(d int64) bool { return d%8 == 0 }
+
+func crashDeletedAt(d int64) time.Time { return time.Unix(1700000000, d) }
+
 func crashState(i int64) LedgerState {
 	return LedgerState{Exists: true, Fenced: i%2 == 0, MasterKey: []byte(fmt.Sprintf("key-%016d..", i))}
 }
@@ -44,14 +50,20 @@ func writeCrashBatch(b *Batch, i int64) {
 	for e := range crashEntries(i) {
 		b.PutLocation(i, e, loc(i, e))
 	}
-	if i%4 == 0 && i >= 5 {
+	switch {
+	case i < 5 || i%4 != 0:
+	case crashTombstone(i):
+		b.DeleteFencedLedger(i-5, crashDeletedAt(i))
+	default:
 		b.DeleteLedger(i - 5)
 	}
 }
 
 // checkCrashImage checks a reopened index after a crash. Batches 0..printed-1 returned from
 // Commit; batch printed may have been in flight; later batches never started. A batch is
-// durable if it or a later returned batch was synced. Every ledger is all or nothing.
+// durable if it or a later returned batch was synced. Every ledger is all or nothing, and so
+// is a fenced ledger's deletion with its tombstone: the tombstone is there exactly when the
+// deleting batch is (which always leaves its own ledger, never deleted, present).
 func checkCrashImage(t *testing.T, ix *Index, printed int64) {
 	t.Helper()
 	lastSynced := int64(-1)
@@ -72,7 +84,33 @@ func checkCrashImage(t *testing.T, ix *Index, printed int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tombs := make(map[int64]time.Time)
+	err = ix.FencedDeleted(func(id int64, at time.Time) bool {
+		tombs[id] = at
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l, at := range tombs {
+		d, deletable := crashDeleter(l)
+		switch {
+		case !deletable || !crashTombstone(d):
+			t.Fatalf("tombstone of ledger %d, which no batch deletes as fenced", l)
+		case !at.Equal(crashDeletedAt(d)):
+			t.Fatalf("tombstone of ledger %d dated %v, want %v", l, at, crashDeletedAt(d))
+		}
+	}
 	for l := range printed + 2 {
+		if d, deletable := crashDeleter(l); deletable && crashTombstone(d) {
+			if _, tomb := tombs[l]; tomb != present[d] {
+				t.Fatalf("ledger %d: tombstone present %v, but its deleting batch %d present %v (%d returned)",
+					l, tomb, d, present[d], printed)
+			}
+			if _, tomb := tombs[l]; tomb && present[l] {
+				t.Fatalf("ledger %d present beside its tombstone", l)
+			}
+		}
 		got := present[l]
 		n := len(entries(t, ix, l, 0))
 		if got && int64(n) != crashEntries(l) || !got && n != 0 {

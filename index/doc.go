@@ -63,7 +63,33 @@
 //	      | 02 | ledgerId   | entryId    |               | location (BE)   |
 //	      +----+------------+------------+               +-----------------+
 //
-// Keyspace 04 and above are unused. Every stored key and value is validated when read: a
+//	fenced-deleted tombstone (format 3, keyspace added later: see below)
+//	key    0    1            9        value  0     1                      9
+//	      +----+------------+               +-----+----------------------+
+//	      | 04 | ledgerId   |               | ver | deletedAt            |
+//	      +----+------------+               +-----+----------------------+
+//	                                          u8=1  i64: wall-clock time of the deletion,
+//	                                                Unix nanoseconds
+//	A ledger that was fenced when it was deleted (a recoverer fenced it, then it was deleted)
+//	leaves one, written by Batch.DeleteFencedLedger in the very batch that deletes the ledger's
+//	state and runs: a crash keeps both or neither. While it is there, the engine refuses every
+//	write that would create the ledger again (BookKeeper #4462: the old writer's next add would
+//	otherwise be acknowledged for an entry nothing can read); it drops it after 7 days
+//	(Batch.DropFencedDeleted). Any other value length or version is ErrCorrupt.
+//
+//	Keyspace 04 came without a format bump, on purpose: the format version says what a reader
+//	must understand to read the store correctly, and a build that predates keyspace 04 reads
+//	only the keyspaces it knows through bounded iterators (its look-ups, Ledgers and its run
+//	merges never see 04 keys; Warm reads every key but decodes none), so it opens such a store
+//	and serves it correctly, only without the tombstones' protection, as it always did. A
+//	format-3 store without keyspace 04 (written before it) simply holds no tombstones. Bumping
+//	the version would have made a roll-back refuse the store (ErrVersion) that the older build
+//	reads correctly.
+//	After a roll-back and a roll forward a tombstone may sit beside a state of the same ledger
+//	(the older build created the ledger again); the engine then keeps the ledger and drops
+//	the tombstone.
+//
+// Keyspace 05 and above are unused. Every stored key and value is validated when read: a
 // wrong length, an unknown version or flag, or a key outside the range it was read from is
 // an error wrapping ErrCorrupt, never a panic. pebble checksums its own blocks and WAL
 // records; its corruption errors are wrapped with ErrCorrupt too.

@@ -470,6 +470,47 @@ func (ix *Index) Ledgers(fn func(ledgerID int64, st LedgerState) bool) error {
 	return err
 }
 
+// FencedDeleted calls fn for every fenced-deleted tombstone (Batch.DeleteFencedLedger), in id
+// order, with the wall-clock time of the deletion, until fn returns false. A key or value
+// that does not decode stops the iteration with an error wrapping ErrCorrupt. fn must not
+// call Close.
+func (ix *Index) FencedDeleted(fn func(ledgerID int64, deletedAt time.Time) bool) error {
+	if !ix.enter() {
+		return ErrClosed
+	}
+	defer ix.exit()
+	it, err := ix.db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte{prefixFencedDeleted},
+		UpperBound: []byte{prefixFencedDeleted + 1},
+	})
+	if err != nil {
+		return fmt.Errorf("index: fenced-deleted ledgers: %w", wrapPebble(err))
+	}
+	for ok := it.First(); ok && err == nil; ok = it.Next() {
+		var id int64
+		var v []byte
+		var at time.Time
+		if id, err = decodeFencedDeletedKey(it.Key()); err != nil {
+			break
+		}
+		if v, err = it.ValueAndErr(); err != nil {
+			err = wrapPebble(err)
+			break
+		}
+		if at, err = decodeFencedDeleted(v); err != nil {
+			err = fmt.Errorf("index: fenced-deleted ledger %d: %w", id, err)
+			break
+		}
+		if !fn(id, at) {
+			break
+		}
+	}
+	if ierr := errors.Join(it.Error(), it.Close()); ierr != nil && err == nil {
+		err = fmt.Errorf("index: fenced-deleted ledgers: %w", wrapPebble(ierr))
+	}
+	return err
+}
+
 // wrapPebble marks pebble's corruption errors with ErrCorrupt, keeping the original.
 func wrapPebble(err error) error {
 	if err != nil && pebble.IsCorruptionError(err) && !errors.Is(err, ErrCorrupt) {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"time"
 )
 
 // Keyspace prefixes: the first byte of every key. Wire format: do not change.
@@ -13,6 +14,9 @@ const (
 	// prefixLocation holds format 1's one location per entry; Open converts them to runs.
 	prefixLocation byte = 0x02
 	prefixRun      byte = 0x03
+	// prefixFencedDeleted holds the tombstones of ledgers deleted while fenced (format 3, added
+	// without a version bump: see doc.go).
+	prefixFencedDeleted byte = 0x04
 )
 
 // Key and value sizes. Wire format: do not change.
@@ -20,6 +24,14 @@ const (
 	ledgerKeyLen = 1 + 8     // prefix ‖ BE(ledgerId)
 	locationLen  = 8         // BE(location) (format 1)
 	runKeyLen    = 1 + 8 + 8 // prefix ‖ BE(ledgerId) ‖ BE(last entryId of the run)
+)
+
+// The fenced-deleted tombstone: key prefixFencedDeleted ‖ BE(ledgerId) (ledgerKeyLen bytes),
+// value version ‖ BE int64 wall-clock time of the deletion in Unix nanoseconds. Wire format:
+// do not change.
+const (
+	fencedDeletedV1       byte = 1
+	fencedDeletedValueLen      = 1 + 8
 )
 
 // The format record: key formatKey, value formatMagic ‖ BE uint32 version.
@@ -130,6 +142,39 @@ func decodeLedgerKey(k []byte) (int64, error) {
 		return 0, fmt.Errorf("%w: ledger key %x has a negative id", ErrCorrupt, k)
 	}
 	return int64(l), nil
+}
+
+// putFencedDeletedKey encodes ledgerID's tombstone key into k, which must be ledgerKeyLen long.
+func putFencedDeletedKey(k []byte, ledgerID int64) {
+	_ = k[ledgerKeyLen-1]
+	k[0] = prefixFencedDeleted
+	binary.BigEndian.PutUint64(k[1:9], uint64(ledgerID))
+}
+
+// decodeFencedDeletedKey returns the id in a tombstone key.
+func decodeFencedDeletedKey(k []byte) (int64, error) {
+	if len(k) != ledgerKeyLen || k[0] != prefixFencedDeleted {
+		return 0, fmt.Errorf("%w: fenced-deleted key %x", ErrCorrupt, k)
+	}
+	l := binary.BigEndian.Uint64(k[1:9])
+	if l > math.MaxInt64 {
+		return 0, fmt.Errorf("%w: fenced-deleted key %x has a negative id", ErrCorrupt, k)
+	}
+	return int64(l), nil
+}
+
+// appendFencedDeleted appends the version-1 tombstone value of a deletion at deletedAt.
+func appendFencedDeleted(dst []byte, deletedAt time.Time) []byte {
+	dst = append(dst, fencedDeletedV1)
+	return binary.BigEndian.AppendUint64(dst, uint64(deletedAt.UnixNano()))
+}
+
+// decodeFencedDeleted decodes a tombstone value: the wall-clock time of the deletion.
+func decodeFencedDeleted(v []byte) (time.Time, error) {
+	if len(v) != fencedDeletedValueLen || v[0] != fencedDeletedV1 {
+		return time.Time{}, fmt.Errorf("%w: fenced-deleted value %x", ErrCorrupt, v)
+	}
+	return time.Unix(0, int64(binary.BigEndian.Uint64(v[1:]))), nil
 }
 
 // LedgerState is what the index keeps about one ledger (BookKeeper's LedgerData).
