@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/ringkeeper/ringkeeper/entrylog"
 	"github.com/ringkeeper/ringkeeper/index"
@@ -51,6 +52,10 @@ func (p pebbleIndex) Ledgers(fn func(int64, ledgerState) bool) error {
 	})
 }
 
+func (p pebbleIndex) FencedDeleted(fn func(int64, time.Time) bool) error {
+	return p.ix.FencedDeleted(fn)
+}
+
 func (p pebbleIndex) NewBatch() indexBatch { return pebbleBatch{p.ix.NewBatch()} }
 
 func (p pebbleIndex) Checkpoint() ([]byte, error) { return p.ix.Checkpoint() }
@@ -71,10 +76,14 @@ func (b pebbleBatch) PutLedger(id int64, st ledgerState) {
 	b.b.PutLedger(id, index.LedgerState{Exists: true, Fenced: st.Fenced, MasterKey: st.MasterKey, ExplicitLAC: st.ExplicitLAC})
 }
 
-func (b pebbleBatch) DeleteLedger(id int64)  { b.b.DeleteLedger(id) }
-func (b pebbleBatch) PutCheckpoint(r []byte) { b.b.PutCheckpoint(r) }
-func (b pebbleBatch) Len() int               { return b.b.Len() }
-func (b pebbleBatch) Commit(sync bool) error { return b.b.Commit(sync) }
+func (b pebbleBatch) DeleteLedger(id int64) { b.b.DeleteLedger(id) }
+func (b pebbleBatch) DeleteFencedLedger(id int64, at time.Time) {
+	b.b.DeleteFencedLedger(id, at)
+}
+func (b pebbleBatch) DropFencedDeleted(id int64) { b.b.DropFencedDeleted(id) }
+func (b pebbleBatch) PutCheckpoint(r []byte)     { b.b.PutCheckpoint(r) }
+func (b pebbleBatch) Len() int                   { return b.b.Len() }
+func (b pebbleBatch) Commit(sync bool) error     { return b.b.Commit(sync) }
 
 // logAdapter adapts package entrylog to entryLog.
 type logAdapter struct{ l *entrylog.EntryLog }

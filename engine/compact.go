@@ -176,8 +176,9 @@ func (g *dirGC) candidates(threshold float64) []uint64 {
 	return ids
 }
 
-// commitDeletes writes the pending ledger deletions (index range deletes) as one synced batch,
-// so that no removed log can be referenced by a ledger that a crash would bring back.
+// commitDeletes writes the pending ledger deletions (index range deletes, with the tombstones
+// of fenced ledgers) and tombstone removals as one synced batch, so that no removed log can be
+// referenced by a ledger that a crash would bring back.
 func (d *ledgerDir) commitDeletes() error {
 	d.flushMu.Lock()
 	defer d.flushMu.Unlock()
@@ -185,21 +186,19 @@ func (d *ledgerDir) commitDeletes() error {
 		return err
 	}
 	d.dirtyMu.Lock()
-	deletes := d.deletes
-	d.deletes = nil
+	deletes, drops := d.deletes, d.fencedDrops
+	d.deletes, d.fencedDrops = nil, nil
 	d.dirtyMu.Unlock()
-	if len(deletes) == 0 {
+	if len(deletes) == 0 && len(drops) == 0 {
 		return nil
 	}
-	for _, id := range deletes {
-		d.gcBatch.DeleteLedger(id)
-	}
+	deleted := putDeletes(d.gcBatch, deletes, drops)
 	if err := d.gcBatch.Commit(true); err != nil {
 		err = fmt.Errorf("%w: index of %s: %w", ErrIO, d.path, err)
 		d.e.fail(err)
 		return err
 	}
-	d.e.ledgers.deleted(deletes, d.e.snapshots.Load())
+	d.e.ledgers.deleted(deleted, d.e.snapshots.Load())
 	d.indexSeq.Add(1)
 	return nil
 }

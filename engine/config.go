@@ -60,6 +60,10 @@ type Config struct {
 	BookieID string
 
 	Logger *slog.Logger
+
+	// WallClock dates the deletions of fenced ledgers, whose tombstones outlive restarts
+	// (nil: time.Now). Tests set it to move time forward.
+	WallClock func() time.Time
 }
 
 // DefaultConfig returns defaults for a bookie with the given directories.
@@ -80,7 +84,7 @@ func DefaultConfig(journalDirs, ledgerDirs []string) Config {
 	}
 }
 
-// Validate checks the config and fills FS and Logger.
+// Validate checks the config and fills FS, Logger and WallClock.
 func (c *Config) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrBadConfig}, args...)...)
@@ -104,6 +108,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.WallClock == nil {
+		c.WallClock = time.Now
 	}
 	perHalf := c.WriteCacheMaxSize / int64(len(c.LedgerDirs)) / 2
 	switch {

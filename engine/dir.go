@@ -52,10 +52,42 @@ type ledgerDir struct {
 	// dirtyMu guards dirty: ledgers of this dir whose state changed since the last flush.
 	dirtyMu sync.Mutex
 	dirty   []*ledgerInfo
-	// deletes are ledgers deleted since the last flush (guarded by dirtyMu).
-	deletes []int64
+	// deletes are ledgers deleted since the last flush, fencedDrops the fenced-deleted
+	// tombstones to remove from the index, expired or superseded (both guarded by dirtyMu,
+	// which may be taken under a ledgerTable shard lock, never the other way round).
+	deletes     []ledgerDeletion
+	fencedDrops []int64
 
 	stats dirStats
+}
+
+// ledgerDeletion is a pending deletion: fenced says the ledger was fenced when deleted, at
+// wall-clock time fencedAt (Unix nanoseconds); its tombstone goes into the deletion's batch.
+type ledgerDeletion struct {
+	id       int64
+	fenced   bool
+	fencedAt int64
+}
+
+// putDeletes writes deletions and tombstone removals into b and returns the deleted ids. A
+// ledger that was fenced when deleted gets its tombstone in this same batch, so the deletion
+// is never durable without it. Removals go first: one of an id is always queued before any
+// later deletion of the id (ledgerTable.expireFencedDeleted), so it never removes a newer
+// tombstone.
+func putDeletes(b indexBatch, deletes []ledgerDeletion, drops []int64) []int64 {
+	for _, id := range drops {
+		b.DropFencedDeleted(id)
+	}
+	ids := make([]int64, 0, len(deletes))
+	for _, del := range deletes {
+		if del.fenced {
+			b.DeleteFencedLedger(del.id, time.Unix(0, del.fencedAt))
+		} else {
+			b.DeleteLedger(del.id)
+		}
+		ids = append(ids, del.id)
+	}
+	return ids
 }
 
 type dirStats struct {
@@ -319,8 +351,8 @@ func (d *ledgerDir) flush(marks []journal.Mark) (err error) {
 		return err
 	}
 	d.dirtyMu.Lock()
-	dirty, deletes := d.dirty, d.deletes
-	d.dirty, d.deletes = nil, nil
+	dirty, deletes, drops := d.dirty, d.deletes, d.fencedDrops
+	d.dirty, d.deletes, d.fencedDrops = nil, nil, nil
 	d.dirtyMu.Unlock()
 	for _, l := range dirty {
 		if d.e.ledgers.get(l.id) != l {
@@ -332,16 +364,14 @@ func (d *ledgerDir) flush(marks []journal.Mark) (err error) {
 		l.mu.Unlock()
 		d.batch.PutLedger(l.id, st)
 	}
-	for _, id := range deletes {
-		d.batch.DeleteLedger(id)
-	}
+	deleted := putDeletes(d.batch, deletes, drops)
 	if marks != nil {
 		d.batch.PutCheckpoint(encodeCheckpoint(marks))
 	}
 	if err := d.batch.Commit(true); err != nil {
 		return d.flushFailed(h, fmt.Errorf("%w: index of %s: %w", ErrIO, d.path, err))
 	}
-	d.e.ledgers.deleted(deletes, d.e.snapshots.Load())
+	d.e.ledgers.deleted(deleted, d.e.snapshots.Load())
 	d.indexSeq.Add(1)
 	if err := d.e.hook(stepIndexSynced); err != nil {
 		return err

@@ -8,7 +8,8 @@
 //	<ledgerDir>/current/<hex>.log         entry logs (package entrylog)
 //	<ledgerDir>/current/lastId            highest entry-log id ever allocated
 //	<ledgerDir>/current/lastMark[.<j>]    persisted LastLogMark of journal j (package journal)
-//	<ledgerDir>/current/index/            pebble: entry locations and ledger states
+//	<ledgerDir>/current/index/            pebble: entry locations, ledger states and the
+//	                                      tombstones of ledgers deleted while fenced
 //	<ledgerDir>/current/VERSION           cookie
 //	<journalDir>/LOCK, <ledgerDir>/LOCK   empty; an engine holds an flock on each while open
 //	                                      (a second bookie on the same dirs is refused)
@@ -106,9 +107,17 @@
 // deletions. Its entries stay in entry logs until garbage collection. A ledger deleted after the
 // last persisted mark can come back from journal replay after a crash (a known issue: the
 // journal has no deletion record); deletion is driven by the metadata store and is repeated by
-// the next GC run. A ledger that was fenced when deleted refuses every write (ErrFenced) for 7
-// days, or until the engine restarts: its old writer must not create it again and be
-// acknowledged for entries nothing can read (BookKeeper #4462).
+// the next GC run.
+//
+// A ledger that was fenced when deleted refuses every write (ErrFenced) for 7 days: its old
+// writer must not create it again and be acknowledged for entries nothing can read (BookKeeper
+// #4462, whose fix keeps this in memory, so a restart forgets it). Here it survives restarts:
+// the index batch that commits the deletion also writes the ledger's fenced-deleted tombstone
+// (package index, keyspace 04), dated by the wall clock, so a crash keeps both or neither. Open
+// loads the tombstones younger than 7 days and drops the others; journal replay skips the
+// records of a ledger that has one (they predate its committed deletion, so such a ledger
+// does not come back); garbage collection runs drop tombstones as they expire. The bound on
+// their number and size is at fencedDeletedRetention.
 //
 // # Garbage collection and compaction
 //

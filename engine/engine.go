@@ -174,11 +174,11 @@ func Open(cfg Config) (*Engine, error) {
 		cfg:            cfg,
 		fs:             cfg.FS,
 		log:            cfg.Logger,
-		ledgers:        newLedgerTable(),
 		checkpointKick: make(chan struct{}, 1),
 		closing:        make(chan struct{}),
 		checkpointDone: make(chan struct{}),
 	}
+	e.ledgers = newLedgerTable(e.wallNow)
 	e.addOps.New = func() any {
 		op := &addOp{}
 		op.entry.Ctx = op
@@ -340,10 +340,71 @@ func (e *Engine) openDirs() error {
 			return fmt.Errorf("engine: load ledgers of %s: %w", cur, err)
 		}
 	}
+	// After every dir's ledgers: a tombstone beside a ledger state is dropped.
+	for _, d := range e.dirs {
+		if err := e.loadFencedDeleted(d); err != nil {
+			return err
+		}
+	}
 	for i := range e.cfg.JournalDirs {
 		e.markStores = append(e.markStores, journal.NewMarkStore(e.fs, ledgerCurrents, journal.MarkFileName(i, len(e.cfg.JournalDirs))))
 	}
 	return nil
+}
+
+// loadFencedDeleted loads the fenced-deleted tombstones of d's index (see
+// fencedDeletedRetention). Expired ones, and any beside a state of the same ledger (the ledger
+// was created again: after the tombstone expired in memory, or by an older build that ignores
+// tombstones), are queued for removal instead, which the checkpoint that ends Open commits.
+func (e *Engine) loadFencedDeleted(d *ledgerDir) error {
+	now := e.wallNow()
+	var loaded, expired, superseded int
+	var drops []int64
+	err := d.idx.FencedDeleted(func(id int64, deletedAt time.Time) bool {
+		at := deletedAt.UnixNano()
+		switch {
+		case e.ledgers.get(id) != nil:
+			superseded++
+			drops = append(drops, id)
+		case fencedDeletedExpired(now, at):
+			expired++
+			drops = append(drops, id)
+		default:
+			loaded++
+			e.ledgers.loadFencedDeleted(id, at)
+		}
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("engine: load fenced-deleted ledgers of %s: %w", d.path, err)
+	}
+	d.dirtyMu.Lock()
+	d.fencedDrops = append(d.fencedDrops, drops...)
+	d.dirtyMu.Unlock()
+	if loaded+expired+superseded > 0 {
+		e.log.Info("ledgers deleted while fenced: writes to them stay refused", "dir", d.path,
+			"loaded", loaded, "expired", expired, "created_again", superseded)
+	}
+	return nil
+}
+
+// wallNow is the wall clock in Unix nanoseconds (Config.WallClock).
+func (e *Engine) wallNow() int64 { return e.cfg.WallClock().UnixNano() }
+
+// expireFencedDeleted forgets the fenced deletions past fencedDeletedRetention and queues the
+// removal of their tombstones from the index, which the garbage collection run's commit of
+// deletions (or the next checkpoint) writes.
+func (e *Engine) expireFencedDeleted() {
+	n := e.ledgers.expireFencedDeleted(e.wallNow(), func(id int64) {
+		d := e.dir(id)
+		d.dirtyMu.Lock()
+		d.fencedDrops = append(d.fencedDrops, id)
+		d.dirtyMu.Unlock()
+	})
+	if n > 0 {
+		e.log.Info("ledgers deleted while fenced: retention over, writes to them are allowed again",
+			"ledgers", n, "retention", fencedDeletedRetention)
+	}
 }
 
 func (e *Engine) closeDirs() error {
@@ -776,9 +837,12 @@ func (e *Engine) LastAddConfirmed(ledgerID int64) (int64, error) {
 }
 
 // DeleteLedger forgets a ledger: its state and locations leave the index at the next
-// checkpoint; its entries stay in entry logs until garbage collection reclaims them.
+// checkpoint; its entries stay in entry logs until garbage collection reclaims them. A ledger
+// fenced at this point leaves a tombstone in the same index batch, and is refused every write
+// for fencedDeletedRetention.
 func (e *Engine) DeleteLedger(ledgerID int64) error {
-	if !e.ledgers.removeForDelete(ledgerID) {
+	fenced, fencedAt, ok := e.ledgers.removeForDelete(ledgerID)
+	if !ok {
 		return ErrNoLedger
 	}
 	d := e.dir(ledgerID)
@@ -789,7 +853,7 @@ func (e *Engine) DeleteLedger(ledgerID int64) error {
 	}
 	d.reads.removeLedger(ledgerID)
 	d.dirtyMu.Lock()
-	d.deletes = append(d.deletes, ledgerID)
+	d.deletes = append(d.deletes, ledgerDeletion{id: ledgerID, fenced: fenced, fencedAt: fencedAt})
 	d.dirtyMu.Unlock()
 	return nil
 }

@@ -249,8 +249,9 @@ func (k compactionKind) String() string {
 	return [...]string{"none", "minor", "major"}[k]
 }
 
-// run is one garbage collection: (1) delete ledgers gone from the metadata store, (2) remove
-// entry logs with no live ledger, (3) a major compaction if due, else a minor one if due.
+// run is one garbage collection: (1) delete ledgers gone from the metadata store and forget
+// expired fenced deletions, (2) remove entry logs with no live ledger, (3) a major compaction
+// if due, else a minor one if due.
 func (g *gc) run(ctx context.Context, req *GCRequest) error {
 	g.runMu.Lock()
 	defer g.runMu.Unlock()
@@ -278,6 +279,7 @@ func (g *gc) run(ctx context.Context, req *GCRequest) error {
 	if err := g.deleteGoneLedgers(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	e.expireFencedDeleted() // committed by refresh's commitDeletes, just below
 	for _, d := range e.dirs {
 		if err := d.gc.refresh(ctx); err != nil {
 			errs = append(errs, err)

@@ -1,6 +1,9 @@
 package engine
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // entryLog is what the engine needs from one ledger dir's entry logs (package entrylog). Add
 // and Flush are called under the dir's flushMu only (by the checkpoint's flush or by
@@ -48,6 +51,9 @@ type locationIndex interface {
 	// entry order, until fn returns false.
 	Entries(ledgerID, fromEntry int64, fn func(entryID int64, loc uint64) bool) error
 	Ledgers(fn func(id int64, st ledgerState) bool) error
+	// FencedDeleted calls fn with each fenced-deleted tombstone (DeleteFencedLedger) and the
+	// wall-clock time of its deletion, until fn returns false.
+	FencedDeleted(fn func(id int64, deletedAt time.Time) bool) error
 	NewBatch() indexBatch
 	// Checkpoint returns the record of the last committed PutCheckpoint (empty before the
 	// first); an error wrapping ErrCorrupt if the store lost it.
@@ -68,6 +74,11 @@ type indexBatch interface {
 	PutLocation(ledgerID, entryID int64, loc uint64)
 	PutLedger(id int64, st ledgerState)
 	DeleteLedger(id int64)
+	// DeleteFencedLedger is DeleteLedger plus, in the same atomic write, the ledger's
+	// fenced-deleted tombstone dated deletedAt.
+	DeleteFencedLedger(id int64, deletedAt time.Time)
+	// DropFencedDeleted removes a ledger's fenced-deleted tombstone, if any.
+	DropFencedDeleted(id int64)
 	// PutCheckpoint records the journal marks of the checkpoint this batch belongs to.
 	PutCheckpoint(record []byte)
 	Len() int

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/ringkeeper/ringkeeper/internal/monotime"
 )
 
 // ledgerInfo is the in-memory state of one ledger: the source of truth while the bookie runs,
@@ -48,8 +46,10 @@ const ledgerShards = 64
 
 // ledgerTable maps ledger ids to their state, sharded to keep lookups on the add path cheap.
 type ledgerTable struct {
+	// now is the wall clock, in Unix nanoseconds (Config.WallClock).
+	now    func() int64
 	shards [ledgerShards]struct {
-		// mu guards m and deleting.
+		// mu guards m, deleting and fencedDeleted.
 		mu sync.RWMutex
 		m  map[int64]*ledgerInfo
 		// deleting holds deleted ledgers whose ids are not free yet, with 0 until the index has
@@ -58,8 +58,10 @@ type ledgerTable struct {
 		// the commit: until a snapshot taken after it is persisted, a crash replays the deleted
 		// ledger's journal records, which would merge into a new ledger under the same id.
 		deleting map[int64]uint64
-		// fencedDeleted holds ledgers that were fenced when deleted, with when (monotime): for
-		// fencedDeletedRetention every write to them is refused as fenced (BookKeeper #4462).
+		// fencedDeleted holds ledgers that were fenced when deleted, with the wall-clock time of
+		// the deletion (Unix nanoseconds): for fencedDeletedRetention every write that would
+		// create them again is refused as fenced (BookKeeper #4462). Each also has a tombstone
+		// in its dir's index, written with the deletion and loaded back at Open.
 		fencedDeleted map[int64]int64
 		_             [16]byte
 	}
@@ -67,12 +69,36 @@ type ledgerTable struct {
 
 // fencedDeletedRetention is how long a fenced ledger stays unwritable after its deletion
 // (BookKeeper's 7 days). Its old writer, idle meanwhile, would otherwise create the ledger
-// anew with its next add and be acknowledged for an entry nothing can read. In memory only,
-// as in BookKeeper: a restart forgets it.
+// anew with its next add and be acknowledged for an entry nothing can read.
+//
+// BookKeeper keeps this in memory only, so a restarted bookie forgets it and acknowledges
+// that add. Here the deletion leaves a tombstone in the index of the ledger's dir
+// (index.Batch.DeleteFencedLedger), in the very batch that commits the deletion (a checkpoint's
+// or garbage collection's), so no crash leaves the deletion durable without it. It is dated
+// by the wall clock (Config.WallClock), since the monotonic clock restarts with the process:
+// a clock set back keeps tombstones longer, one set forward drops them sooner. Open loads the
+// unexpired ones (and journal replay skips the records of those ledgers, which the index no
+// longer holds); expired ones leave memory and the index at the next garbage collection run,
+// or at Open.
+//
+// Bound: one tombstone per ledger deleted while fenced in the last 7 days (a ledger is deleted
+// once, so never more than the ledgers this bookie held in that time). Each is a 9-byte key
+// and a 9-byte value in pebble, about 30 bytes with pebble's per-key overhead (and, once it
+// expires, a point deletion of about the same size until compaction drops both), plus one
+// int64→int64 map entry in memory, 20 to 40 bytes with the map's overhead. A bookie whose
+// ledgers are fenced and deleted at a sustained 1 a second thus holds at most 604,800 of them,
+// about 18 MiB of index and 12 to 24 MiB of heap; at 100 a second, 100 times that. Pulsar
+// deletes a ledger once it is trimmed, so the rate is that of ledger roll-overs that end in a
+// recovery, not of entries.
 const fencedDeletedRetention = 7 * 24 * time.Hour
 
-func newLedgerTable() *ledgerTable {
-	t := &ledgerTable{}
+// fencedDeletedExpired says a fenced deletion at wall-clock time at (Unix nanoseconds) is past
+// fencedDeletedRetention at now.
+func fencedDeletedExpired(now, at int64) bool { return now-at >= int64(fencedDeletedRetention) }
+
+// newLedgerTable returns an empty table; now is the wall clock in Unix nanoseconds.
+func newLedgerTable(now func() int64) *ledgerTable {
+	t := &ledgerTable{now: now}
 	for i := range t.shards {
 		t.shards[i].m = make(map[int64]*ledgerInfo)
 	}
@@ -103,7 +129,7 @@ func (t *ledgerTable) getOrCreate(id int64, key []byte) (l *ledgerInfo, created 
 	if l := s.m[id]; l != nil {
 		return l, false, nil
 	}
-	if at, ok := s.fencedDeleted[id]; ok && monotime.Now()-at < int64(fencedDeletedRetention) {
+	if at, ok := s.fencedDeleted[id]; ok && !fencedDeletedExpired(t.now(), at) {
 		return nil, false, fmt.Errorf("%w: ledger %d was fenced, then deleted", ErrFenced, id)
 	}
 	if _, ok := s.deleting[id]; ok {
@@ -116,37 +142,56 @@ func (t *ledgerTable) getOrCreate(id int64, key []byte) (l *ledgerInfo, created 
 }
 
 // load inserts a ledger known from the index or replay, with its key already durable (at Open,
-// before any deletion).
+// before any deletion). It returns nil for a ledger deleted while fenced (loadFencedDeleted):
+// replay skips its records, which predate the deletion that the index committed.
 func (t *ledgerTable) load(id int64, key []byte) *ledgerInfo {
-	l, created, _ := t.getOrCreate(id, key)
+	l, created, err := t.getOrCreate(id, key)
+	if err != nil {
+		return nil
+	}
 	if created {
 		close(l.keyReady)
 	}
 	return l
 }
 
+// loadFencedDeleted records, at Open, a ledger that was fenced when it was deleted at
+// wall-clock time at (from its tombstone in the index).
+func (t *ledgerTable) loadFencedDeleted(id, at int64) {
+	s := &t.shards[t.shard(id)]
+	s.mu.Lock()
+	if s.fencedDeleted == nil {
+		s.fencedDeleted = make(map[int64]int64)
+	}
+	s.fencedDeleted[id] = at
+	s.mu.Unlock()
+}
+
 // removeForDelete takes the ledger out of the table and holds its id until deleted is called
-// for it. It returns false if there is no such ledger.
-func (t *ledgerTable) removeForDelete(id int64) bool {
+// for it. ok is false if there is no such ledger. A ledger fenced at this point is remembered
+// as fenced-deleted, from wall-clock time fencedAt: the caller writes its tombstone with the
+// deletion.
+func (t *ledgerTable) removeForDelete(id int64) (fenced bool, fencedAt int64, ok bool) {
 	s := &t.shards[t.shard(id)]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.m[id]
 	if l == nil {
-		return false
+		return false, 0, false
 	}
-	if l.fenced.Load() {
+	if fenced = l.fenced.Load(); fenced {
 		if s.fencedDeleted == nil {
 			s.fencedDeleted = make(map[int64]int64)
 		}
-		s.fencedDeleted[id] = monotime.Now()
+		fencedAt = t.now()
+		s.fencedDeleted[id] = fencedAt
 	}
 	delete(s.m, id)
 	if s.deleting == nil {
 		s.deleting = make(map[int64]uint64)
 	}
 	s.deleting[id] = 0
-	return true
+	return fenced, fencedAt, true
 }
 
 // deleted records that the index has committed the deletion of ids, when snapshots mark
@@ -163,9 +208,8 @@ func (t *ledgerTable) deleted(ids []int64, snapshots uint64) {
 }
 
 // freeDeleted frees the ids whose committed deletion precedes mark snapshot number snapshot,
-// now persisted, and forgets fenced deletions older than fencedDeletedRetention.
+// now persisted.
 func (t *ledgerTable) freeDeleted(snapshot uint64) {
-	now := monotime.Now()
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
@@ -174,13 +218,51 @@ func (t *ledgerTable) freeDeleted(snapshot uint64) {
 				delete(s.deleting, id)
 			}
 		}
+		s.mu.Unlock()
+	}
+}
+
+// expireFencedDeleted forgets the fenced deletions past fencedDeletedRetention at wall-clock
+// time now and calls drop with each id, under its shard's lock, so that the removal of its
+// tombstone is queued before any later deletion of the id can queue a new one (that deletion's
+// removeForDelete takes the same lock). It returns how many it forgot. Shards are read under
+// the read lock first: adds, which take it too, wait only when something expired.
+func (t *ledgerTable) expireFencedDeleted(now int64, drop func(id int64)) int {
+	n := 0
+	var expired []int64
+	for i := range t.shards {
+		s := &t.shards[i]
+		expired = expired[:0]
+		s.mu.RLock()
 		for id, at := range s.fencedDeleted {
-			if now-at >= int64(fencedDeletedRetention) {
+			if fencedDeletedExpired(now, at) {
+				expired = append(expired, id)
+			}
+		}
+		s.mu.RUnlock()
+		if len(expired) == 0 {
+			continue
+		}
+		s.mu.Lock()
+		for _, id := range expired {
+			if at, ok := s.fencedDeleted[id]; ok && fencedDeletedExpired(now, at) {
 				delete(s.fencedDeleted, id)
+				drop(id)
+				n++
 			}
 		}
 		s.mu.Unlock()
 	}
+	return n
+}
+
+// isFencedDeleted reports whether id is remembered as deleted while fenced (expired or not).
+func (t *ledgerTable) isFencedDeleted(id int64) bool {
+	s := &t.shards[t.shard(id)]
+	s.mu.RLock()
+	_, ok := s.fencedDeleted[id]
+	s.mu.RUnlock()
+	return ok
 }
 
 // each calls fn for every ledger (in no order) until it returns false.

@@ -123,8 +123,9 @@ type modelLedger struct {
 	// last persisted mark can come back.
 	delDurable bool
 	fenced     bool
-	// fencedDeleted says the ledger was fenced when deleted and the engine has not restarted
-	// since: every write creating it again is refused with ErrFenced (BookKeeper #4462).
+	// fencedDeleted says the ledger was fenced when deleted: every write creating it again is
+	// refused with ErrFenced (BookKeeper #4462), also after a restart once the deletion was
+	// committed (its tombstone is in the deletion's index batch).
 	fencedDeleted bool
 	lac           []byte
 	// lacAccepted is the index (in the current incarnation's lacs) of the last explicit LAC
@@ -1293,8 +1294,24 @@ func (r *modelRun) opCleanRestart() {
 func (r *modelRun) verify() {
 	e := r.e
 	for _, ml := range r.ledgers {
-		ml.fencedDeleted = false // the engine restarted: it forgot which deleted ledgers were fenced
 		ex := e.Exists(ml.id)
+		// A fenced deletion outlives the restart when the index committed it: certainly once
+		// delCommitted, perhaps before (a checkpoint the model did not wait for, or a crash
+		// just after the index commit). The deletion and its tombstone are one batch, so the
+		// ledger never comes back beside a tombstone.
+		tomb := e.ledgers.isFencedDeleted(ml.id)
+		switch {
+		case tomb && !ml.fencedDeleted:
+			r.fatalf("after a restart, ledger %d is remembered as deleted while fenced, but it was not", ml.id)
+		case ml.fencedDeleted && ml.delCommitted && !tomb:
+			r.fatalf("after a restart, ledger %d, fenced when deleted and its deletion committed, lost its tombstone", ml.id)
+		case tomb && ex:
+			r.fatalf("after a restart, ledger %d exists beside its fenced-deleted tombstone", ml.id)
+		}
+		if tomb {
+			r.stats["fenced-deleted-kept"]++
+		}
+		ml.fencedDeleted = tomb
 		inc := ml.cur()
 		switch {
 		case inc == nil:

@@ -42,7 +42,8 @@ func (e *Engine) replay() error {
 }
 
 // apply applies one replayed record. It reports false for records it skips: records of ledgers
-// deleted since (their key is gone from both journal range and index).
+// deleted since (their key is gone from both journal range and index), and of ledgers whose
+// deletion the index committed with a fenced-deleted tombstone (the records predate it).
 func (e *Engine) apply(r *journal.Record) (bool, error) {
 	if r.LedgerID < 0 || r.Type == journal.RecordData && r.EntryID < 0 {
 		// Older builds journaled such records from hostile requests; the index cannot hold
@@ -54,6 +55,9 @@ func (e *Engine) apply(r *journal.Record) (bool, error) {
 	switch r.Type {
 	case journal.RecordLedgerKey:
 		l := e.ledgers.load(r.LedgerID, r.Payload)
+		if l == nil {
+			return false, nil
+		}
 		e.dir(r.LedgerID).markDirty(l)
 		return true, nil
 	case journal.RecordFence:
