@@ -12,14 +12,19 @@ import (
 // recovery (fencing it) and deletes it while the writer is idle; the writer's next append must
 // fail with a clear error, also after the bookies have garbage-collected the ledger (then they
 // no longer hold its fence: the add would create the ledger anew and be acknowledged, though
-// nothing can ever read it).
+// nothing can ever read it), and also after they restarted since (BookKeeper's fix remembers
+// the fenced deletion in memory only: a restarted bookie acknowledges the add).
 func TestWriteAfterDeleteFails(t *testing.T) {
-	for _, collected := range []bool{false, true} {
-		name := "before GC"
-		if collected {
-			name = "after GC"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		collected, restarted bool
+	}{
+		{"before GC", false, false},
+		{"after GC", true, false},
+		{"after GC and restart", true, true},
+	} {
+		collected := tc.collected
+		t.Run(tc.name, func(t *testing.T) {
 			c := clustertest.Start(t, 3)
 			ctx := context.Background()
 			w := newClient(t, c, nil)
@@ -46,6 +51,16 @@ func TestWriteAfterDeleteFails(t *testing.T) {
 						if err := eng.Checkpoint(); err != nil {
 							t.Fatal(err)
 						}
+					}
+				}
+			}
+			if tc.restarted {
+				for i := range c.Size() {
+					if err := c.StopBookie(ctx, i); err != nil {
+						t.Fatal(err)
+					}
+					if err := c.StartBookie(ctx, i); err != nil {
+						t.Fatal(err)
 					}
 				}
 			}
