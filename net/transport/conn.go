@@ -80,13 +80,14 @@ type connCounters struct {
 	timeouts        atomic.Int64
 	unresponsive    atomic.Int64
 	unmatched       atomic.Int64
+	held            atomic.Int64
 	writes          atomic.Int64
 	requests        atomic.Int64
 }
 
 // ConnStats is a snapshot of a connection's counters.
 type ConnStats struct {
-	Pending         int   // requests sent or queued and not yet answered
+	Pending         int   // requests sent, queued or held, and not yet answered
 	Requests        int64 // requests accepted (queued for sending)
 	Writes          int64 // socket writes; Requests/Writes is the batching factor
 	Connects        int64 // connections established (AUTH included)
@@ -95,11 +96,13 @@ type ConnStats struct {
 	Timeouts        int64 // requests failed with ErrTimeout
 	Unresponsive    int64 // connections closed for receiving nothing for a whole request timeout
 	Unmatched       int64 // responses that answered no pending request (late, after a timeout) and were dropped
+	Held            int64 // requests held back while one for the same entry with other flags was in flight
 }
 
 func newConn(p *Pool, addr string, state int) *Conn {
 	c := &Conn{p: p, addr: addr, state: state, lastUsed: monotime.Now()}
 	c.writerCond.L = &c.mu
+	c.pending.send = c.queueLocked
 	return c
 }
 
@@ -135,6 +138,7 @@ func (c *Conn) Stats() ConnStats {
 		Timeouts:        c.stats.timeouts.Load(),
 		Unresponsive:    c.stats.unresponsive.Load(),
 		Unmatched:       c.stats.unmatched.Load(),
+		Held:            c.stats.held.Load(),
 	}
 }
 
@@ -179,7 +183,7 @@ func (c *Conn) Add(ledgerID, entryID int64, masterKey *[protocol.MasterKeyLength
 	entry [][]byte, cb AddCallback, ctx any) {
 	r := getRequest()
 	r.key = reqKey{ledgerID: ledgerID, entryID: entryID, op: protocol.OpAddEntry}
-	r.add, r.ctx = cb, ctx
+	r.add, r.ctx, r.kind = cb, ctx, flags&kindFlags
 	n := 0
 	for _, part := range entry {
 		n += len(part)
@@ -222,7 +226,7 @@ func (c *Conn) Read(ledgerID, entryID int64, flags protocol.Flags, masterKey *[p
 	cb ReadCallback, ctx any) {
 	r := getRequest()
 	r.key = reqKey{ledgerID: ledgerID, entryID: entryID, op: protocol.OpReadEntry}
-	r.read, r.ctx = cb, ctx
+	r.read, r.ctx, r.kind = cb, ctx, flags&kindFlags
 	f := frame{op: protocol.OpReadEntry, flags: flags, ledgerID: ledgerID, entryID: entryID}
 	if flags.Has(protocol.FlagDoFencing) {
 		if masterKey == nil {
@@ -240,7 +244,7 @@ func (c *Conn) Read(ledgerID, entryID int64, flags protocol.Flags, masterKey *[p
 
 // submit queues the encoded request and registers it as pending, starting a connection if
 // there is none. It may block while the queue is over MaxQueuedBytesPerConn (at most until
-// the request's timeout).
+// the request's timeout). Held requests (see pendingSet) count as queued bytes.
 func (c *Conn) submit(r *request, f *frame, timeout time.Duration) {
 	now := monotime.Now()
 	expiry := now + min(int64(timeout), math.MaxInt64-now)
@@ -280,7 +284,7 @@ func (c *Conn) submit(r *request, f *frame, timeout time.Duration) {
 			c.p.failAsync(r, ErrTooManyPending)
 			return
 		}
-		if len(c.wbuf) > 0 && len(c.wbuf)+f.size > c.p.cfg.MaxQueuedBytesPerConn {
+		if queued := len(c.wbuf) + c.pending.heldBytes; queued > 0 && queued+f.size > c.p.cfg.MaxQueuedBytesPerConn {
 			if now >= expiry {
 				c.mu.Unlock()
 				c.stats.timeouts.Add(1)
@@ -295,16 +299,32 @@ func (c *Conn) submit(r *request, f *frame, timeout time.Duration) {
 			now = monotime.Now()
 			continue
 		}
-		wasEmpty := len(c.wbuf) == 0
-		c.wbuf = f.appendTo(c.wbuf)
 		r.expiry = expiry
-		c.pending.insert(r)
-		if wasEmpty && c.state == stateReady {
-			c.writerCond.Signal()
+		held := c.pending.insert(r)
+		if held {
+			c.pending.hold(r, f.appendTo(make([]byte, 0, f.size)))
+		} else {
+			wasEmpty := len(c.wbuf) == 0
+			c.wbuf = f.appendTo(c.wbuf)
+			if wasEmpty && c.state == stateReady {
+				c.writerCond.Signal()
+			}
 		}
 		c.mu.Unlock()
+		if held {
+			c.stats.held.Add(1)
+		}
 		c.stats.requests.Add(1)
 		return
+	}
+}
+
+// queueLocked queues a released held request's frame for the writer.
+func (c *Conn) queueLocked(frame []byte) {
+	wasEmpty := len(c.wbuf) == 0
+	c.wbuf = append(c.wbuf, frame...)
+	if wasEmpty && c.state == stateReady {
+		c.writerCond.Signal()
 	}
 }
 
@@ -369,7 +389,11 @@ func (c *Conn) expire(now int64, out *reqList) int {
 	last := c.lastRecv.Load()
 	silent := c.state == stateReady && now-last >= int64(unresponsiveMinSilence) &&
 		c.pending.silentSince(now, last, c.p.cfg.AddTimeout, c.p.cfg.ReadTimeout)
+	held := c.pending.heldBytes
 	n := c.pending.expire(now, out)
+	if c.pending.heldBytes < held { // fewer bytes held: a blocked caller may fit now
+		c.signalSpaceLocked()
+	}
 	gen := c.gen
 	c.mu.Unlock()
 	if n > 0 {

@@ -45,14 +45,17 @@
 // (ConnStats.Unmatched), logged at debug level and dropped. The protocol cannot tell a late
 // response from the answer to a newer request with the same key; for the same entry on the
 // same bookie both carry the same data, so this is harmless, as it is in BookKeeper.
-// Not quite harmless: the answers to two requests for one key that differ in flags (a
-// fencing and a plain read of one entry, a recovery add and a plain add) can also be
-// swapped, and nothing in a v2 response tells them apart. A recoverer and a tailing reader
-// (or the ledger's writer) of the same ledger in one process, on one connection, could then
-// take the plain read's answer for the fence's, shortly before the bookie applies the fence
-// (the fencing read is already on the wire). BookKeeper's v2 client has the same window;
-// closing it would need the transport to hold such a request back while the other is
-// pending.
+// Two requests for one key that differ in the flags that change what the bookie does (a
+// fencing and a plain read of one entry, LAC read included; a recovery and a plain add) are
+// never in flight together, since the bookie may answer them in either order and nothing in a
+// v2 response tells them apart: a recoverer could take a tailing reader's answer for proof of
+// the fence before the bookie applied it. Such a request is held (not sent) until the last
+// request of the other kind with its key is done (answered, timed out or failed), then sent;
+// requests with that key that arrive meanwhile queue behind it in order, so neither kind
+// starves. A held request counts toward MaxPendingPerConn and MaxQueuedBytesPerConn (its
+// frame is encoded when held), times out at its own deadline without being sent, and fails
+// with the connection. FlagHighPriority changes no kind. Without such a pair nothing is held
+// (ConnStats.Held counts the requests that were).
 //
 // An add's response carries the ids from the stored entry's header, so Add checks that the
 // header matches its ledgerID and entryID arguments (ErrBadRequest otherwise).
@@ -110,10 +113,11 @@
 //
 // # Memory
 //
-// Add and Read allocate nothing in steady state: request structs are pooled, requests are
-// encoded into two per-connection write buffers that swap between the callers and the
-// writer, and responses are decoded in place in one receive buffer per connection (grown to
-// the largest frame seen, at most MaxFrameSize). The stored entry is copied once, into the
-// write buffer, before Add returns; the contract nevertheless asks callers to keep the parts
-// unchanged until the callback, which leaves room for sending large entries without the copy.
+// Add and Read allocate nothing in steady state (a held request, see Matching, allocates its
+// frame): request structs are pooled, requests are encoded into two per-connection write
+// buffers that swap between the callers and the writer, and responses are decoded in place
+// in one receive buffer per connection (grown to the largest frame seen, at most
+// MaxFrameSize). The stored entry is copied once, into the write buffer, before Add returns;
+// the contract nevertheless asks callers to keep the parts unchanged until the callback,
+// which leaves room for sending large entries without the copy.
 package transport

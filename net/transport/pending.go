@@ -23,6 +23,12 @@ type request struct {
 	read   ReadCallback
 	ctx    any
 	expiry int64 // deadline, monotime nanoseconds
+	// kind is the request's flags that change what the bookie does (kindFlags): requests for
+	// one key with different kinds are never in flight together (see held).
+	kind protocol.Flags
+	// held is the encoded frame of a request held back because requests of another kind with
+	// its key are in flight; nil once queued for sending.
+	held []byte
 
 	// Requests with the same key form a FIFO chain; the map holds its head. tail is valid on
 	// the head only.
@@ -127,13 +133,28 @@ func (l *ageList) unlink(r *request) {
 	r.prevAge, r.nextAge = nil, nil
 }
 
+// kindFlags are the flags that make the bookie treat a request differently: a fencing read
+// fences, a recovery add may write to a fenced ledger. FlagHighPriority only orders work.
+const kindFlags = protocol.FlagDoFencing | protocol.FlagRecoveryAdd
+
 // pendingSet is a connection's requests in flight: by key (FIFO among duplicates, for
 // matching responses) and by age per op (for timeouts). Guarded by the connection's mutex.
+//
+// A v2 response cannot say which of two requests with one key it answers, so two kinds never
+// share a key on the wire: a key's chain is a prefix of requests sent (or queued), all of one
+// kind, then the held ones in arrival order. When the prefix empties, the held run of the next
+// kind is sent; held requests stay in the chain and age list, so they count toward the
+// connection's limits and time out like the rest. Without a conflict nothing is held.
 type pendingSet struct {
 	byKey keyTable
 	adds  ageList
 	reads ageList
 	n     int
+
+	heldBytes int                // sum of len(held): counted as queued bytes
+	send      func(frame []byte) // queues a released frame for the writer
+	expiring  bool               // in expire: releases wait for recheck (see expire)
+	recheck   []reqKey           // keys to release held requests of, after expire
 }
 
 func (s *pendingSet) ages(op protocol.OpCode) *ageList {
@@ -143,8 +164,10 @@ func (s *pendingSet) ages(op protocol.OpCode) *ageList {
 	return &s.reads
 }
 
-// insert adds r at the back of its key's chain and of its op's age list.
-func (s *pendingSet) insert(r *request) {
+// insert adds r at the back of its key's chain and of its op's age list. It reports whether r
+// must be held (then the caller passes its frame to hold instead of sending it): the chain
+// holds requests already, or is in flight with another kind.
+func (s *pendingSet) insert(r *request) (held bool) {
 	r.prevSame, r.nextSame, r.tail = nil, nil, nil
 	s.byKey.reserve()
 	if i, ok := s.byKey.find(r.key); ok {
@@ -152,15 +175,46 @@ func (s *pendingSet) insert(r *request) {
 		last := head.tail
 		last.nextSame, r.prevSame = r, last
 		head.tail = r
+		held = last.held != nil || last.kind != r.kind
 	} else {
 		r.tail = r
 		s.byKey.fill(i, r)
 	}
 	s.ages(r.key.op).insertByExpiry(r)
 	s.n++
+	return held
 }
 
-// pop removes and returns the oldest request with key k, or nil.
+// hold keeps r's encoded frame until the requests ahead of it of another kind are done.
+func (s *pendingSet) hold(r *request, frame []byte) {
+	r.held = frame
+	s.heldBytes += len(frame)
+}
+
+// release sends the held requests from q on that share q's kind (q is the first held
+// request of its chain, and nothing of another kind is in flight).
+func (s *pendingSet) release(q *request) {
+	for kind := q.kind; q != nil && q.held != nil && q.kind == kind; q = q.nextSame {
+		frame := q.held
+		q.held = nil
+		s.heldBytes -= len(frame)
+		s.send(frame)
+	}
+}
+
+// releaseChain releases the first held run of the chain at head, if nothing of another kind
+// is in flight ahead of it.
+func (s *pendingSet) releaseChain(head *request) {
+	q := head
+	for q != nil && q.held == nil {
+		q = q.nextSame
+	}
+	if q != nil && (q.prevSame == nil || q.prevSame.kind == q.kind) {
+		s.release(q)
+	}
+}
+
+// pop removes and returns the oldest request with key k, or nil. A chain's head is never held.
 func (s *pendingSet) pop(k reqKey) *request {
 	i, ok := s.byKey.lookup(k)
 	if !ok {
@@ -171,8 +225,12 @@ func (s *pendingSet) pop(k reqKey) *request {
 	return r
 }
 
-// remove takes r out of its chain and its age list.
+// remove takes r out of its chain and its age list; a held r is dropped unsent.
 func (s *pendingSet) remove(r *request) {
+	if r.held != nil { // not on pop's path: a chain's head is never held
+		s.heldBytes -= len(r.held)
+		r.held = nil
+	}
 	i := -1
 	if r.prevSame == nil || r.nextSame == nil { // the chain's head or tail: its slot changes
 		i, _ = s.byKey.find(r.key)
@@ -182,11 +240,11 @@ func (s *pendingSet) remove(r *request) {
 
 // removeAt is remove with i the slot of r's key (unused when r is inside its chain).
 func (s *pendingSet) removeAt(r *request, i int) {
+	prev, next := r.prevSame, r.nextSame
 	switch {
 	case r.prevSame == nil && r.nextSame == nil: // alone
 		s.byKey.clearSlot(i)
 	case r.prevSame == nil: // head of a longer chain
-		next := r.nextSame
 		next.prevSame, next.tail = nil, r.tail
 		s.byKey.slots[i].head = next
 	default:
@@ -200,9 +258,16 @@ func (s *pendingSet) removeAt(r *request, i int) {
 	r.prevSame, r.nextSame, r.tail = nil, nil, nil
 	s.ages(r.key.op).unlink(r)
 	s.n--
+	// r may have been the last in flight ahead of a held run, or held between runs of one kind.
+	if next != nil && next.held != nil && (prev == nil || prev.held == nil && prev.kind == next.kind) {
+		if s.expiring {
+			s.recheck = append(s.recheck, next.key)
+		} else {
+			s.release(next)
+		}
+	}
 }
 
-// expire moves every request whose deadline is at or before now to out and returns how many.
 // silentSince reports whether a request due by now was sent (its deadline less its op's
 // timeout) after lastRecv: the connection has then received nothing for a whole timeout.
 func (s *pendingSet) silentSince(now, lastRecv int64, addTimeout, readTimeout time.Duration) bool {
@@ -217,8 +282,12 @@ func (s *pendingSet) silentSince(now, lastRecv int64, addTimeout, readTimeout ti
 	return false
 }
 
+// expire moves every request whose deadline is at or before now to out and returns how many.
+// Held requests are released only once every due request is out, so that none that is due
+// gets sent.
 func (s *pendingSet) expire(now int64, out *reqList) int {
 	n := 0
+	s.expiring = true
 	for _, l := range [2]*ageList{&s.adds, &s.reads} {
 		for l.head != nil && l.head.expiry <= now {
 			r := l.head
@@ -227,6 +296,13 @@ func (s *pendingSet) expire(now int64, out *reqList) int {
 			n++
 		}
 	}
+	s.expiring = false
+	for _, k := range s.recheck {
+		if i, ok := s.byKey.lookup(k); ok {
+			s.releaseChain(s.byKey.slots[i].head)
+		}
+	}
+	s.recheck = s.recheck[:0]
 	return n
 }
 
@@ -243,4 +319,5 @@ func (s *pendingSet) takeAll(out *reqList) {
 	}
 	s.byKey.reset()
 	s.n = 0
+	s.heldBytes = 0
 }

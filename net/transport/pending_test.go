@@ -49,6 +49,117 @@ func TestPendingSet(t *testing.T) {
 	}
 }
 
+// holdHarness drives a pendingSet's holding for one key: requests are named, and sent lists
+// the names in the order they went out (at insert, or when released).
+type holdHarness struct {
+	s    pendingSet
+	k    reqKey
+	sent []string
+}
+
+func newHoldHarness() *holdHarness {
+	h := &holdHarness{k: reqKey{ledgerID: 1, entryID: 2, op: protocol.OpReadEntry}}
+	h.s.send = func(frame []byte) { h.sent = append(h.sent, string(frame)) }
+	return h
+}
+
+func (h *holdHarness) insert(name string, kind protocol.Flags, expiry int64) *request {
+	r := &request{key: h.k, kind: kind & kindFlags, expiry: expiry, ctx: name}
+	if h.s.insert(r) {
+		h.s.hold(r, []byte(name))
+	} else {
+		h.sent = append(h.sent, name)
+	}
+	return r
+}
+
+func (h *holdHarness) check(t *testing.T, step string, sent string, heldBytes int) {
+	t.Helper()
+	if got := fmt.Sprint(h.sent); got != sent || h.s.heldBytes != heldBytes {
+		t.Fatalf("%s: sent %s held bytes %d, want %s %d", step, got, h.s.heldBytes, sent, heldBytes)
+	}
+}
+
+// TestPendingSetHolds: requests of one kind for a key go out together; one of another kind
+// waits for all of them, and everything after it waits in order.
+func TestPendingSetHolds(t *testing.T) {
+	const fence = protocol.FlagDoFencing
+	h := newHoldHarness()
+	h.insert("f1", fence, 1)
+	h.insert("f2", fence, 2)
+	h.insert("p1", 0, 3)
+	h.insert("p2", 0, 4)
+	h.insert("f3", fence, 5)
+	h.check(t, "inserted", "[f1 f2]", 6)
+	for i, want := range []struct {
+		pop, sent string
+		held      int
+	}{
+		{"f1", "[f1 f2]", 6},
+		{"f2", "[f1 f2 p1 p2]", 2},
+		{"p1", "[f1 f2 p1 p2]", 2},
+		{"p2", "[f1 f2 p1 p2 f3]", 0},
+	} {
+		if r := h.s.pop(h.k); r == nil || r.ctx != want.pop {
+			t.Fatalf("pop %d: %v, want %s", i, r, want.pop)
+		}
+		h.check(t, "pop "+want.pop, want.sent, want.held)
+	}
+	h.insert("f4", fence|protocol.FlagHighPriority, 6) // same kind as f3, in flight: no wait
+	h.insert("p3", 0, 7)
+	h.check(t, "after f3", "[f1 f2 p1 p2 f3 f4]", 2)
+	h.s.pop(h.k)
+	h.s.pop(h.k)
+	h.check(t, "f3 and f4 answered", "[f1 f2 p1 p2 f3 f4 p3]", 0)
+	if r := h.s.pop(h.k); r == nil || r.ctx != "p3" || h.s.n != 0 || h.s.byKey.used != 0 {
+		t.Fatalf("last pop: %v, n %d", r, h.s.n)
+	}
+}
+
+// TestPendingSetHeldExpiry: a held request that is due is never sent, even when the request
+// it waited for expires in the same scan; one that is not due is sent once the requests ahead
+// of it of another kind are gone; a held request expiring between two runs of one kind lets
+// the second join the first.
+func TestPendingSetHeldExpiry(t *testing.T) {
+	const fence = protocol.FlagDoFencing
+	t.Run("same scan", func(t *testing.T) {
+		h := newHoldHarness()
+		h.insert("f", fence, 10)
+		h.insert("p", 0, 11)
+		h.insert("f2", fence, 20)
+		var out reqList
+		if n := h.s.expire(11, &out); n != 2 || out.head.ctx != "f" || out.tail.ctx != "p" {
+			t.Fatalf("expired %d", n)
+		}
+		h.check(t, "expired f and p", "[f f2]", 0)
+	})
+	t.Run("held only", func(t *testing.T) {
+		h := newHoldHarness()
+		h.insert("f", fence, 100)
+		h.insert("p", 0, 5) // its caller blocked on a full queue: due first
+		h.insert("f2", fence, 100)
+		var out reqList
+		if n := h.s.expire(5, &out); n != 1 || out.head.ctx != "p" {
+			t.Fatalf("expired %d", n)
+		}
+		h.check(t, "expired p", "[f f2]", 0)
+		if r := h.s.pop(h.k); r.ctx != "f" {
+			t.Fatalf("pop: %v", r.ctx)
+		}
+		if r := h.s.pop(h.k); r.ctx != "f2" {
+			t.Fatalf("pop: %v", r.ctx)
+		}
+	})
+	t.Run("takeAll", func(t *testing.T) {
+		h := newHoldHarness()
+		h.insert("f", fence, 1)
+		h.insert("p", 0, 2)
+		var out reqList
+		h.s.takeAll(&out)
+		h.check(t, "taken", "[f]", 0)
+	})
+}
+
 // BenchmarkPendingSet is one add's cost in a connection's pending set with 1000 in flight:
 // an insert and the pop of the response, in order and with responses out of order.
 func BenchmarkPendingSet(b *testing.B) {
