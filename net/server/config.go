@@ -84,8 +84,8 @@ type Config struct {
 	SocketSendBufferBytes int
 	SocketRecvBufferBytes int
 	// MaxFrameSize is nettyMaxFrameSizeBytes: a frame whose size (length prefix included) is
-	// larger is never buffered: an add is answered EBADREQ and its bytes discarded, anything
-	// else closes the connection. Default DefaultMaxFrameSize.
+	// larger is never buffered: an add of at most 8 × MaxFrameSize is answered EBADREQ and its
+	// bytes discarded, anything else closes the connection. Default DefaultMaxFrameSize.
 	MaxFrameSize int
 
 	// NumReadWorkerThreads is the number of read worker goroutines (numReadWorkerThreads).

@@ -30,15 +30,27 @@ type addOp struct {
 // master key and the stored entry's 32-byte header.
 const oversizeAddHead = protocol.LengthPrefixSize + protocol.HeaderSize + protocol.MasterKeyLength + protocol.StoredEntryHeaderSize
 
-// oversize decides what to do with a frame over MaxFrameSize whose first bytes are head. An
-// add (on an authenticated connection, where authentication is on) is answered EBADREQ and
-// its bytes are then discarded as they arrive, never buffered: closing the connection, as
-// Netty's frame decoder does, fails every request in flight on it, of every ledger, and
-// clients take that for a bookie failure and change ensembles (BookKeeper #2357). Anything
-// else closes the connection, as the stream may be out of step. skip > 0: discard that many
-// bytes, from head's start; wait: read more first; neither: close.
+// maxDiscardFrames bounds the oversize adds whose bytes are discarded: a frame announcing
+// more than maxDiscardFrames × MaxFrameSize closes the connection at its length prefix. The
+// discard is for a client whose own frame limit is larger than the bookie's (#2357), a
+// configuration mismatch; 8 × MaxFrameSize (40 MiB at the default) leaves room for such
+// clients, while a claim far beyond it (up to 2 GiB) is more likely a stream out of step or a hostile
+// one, and discarding it would tie the connection to that much traffic for nothing.
+const maxDiscardFrames = 8
+
+// oversize decides what to do with a frame over MaxFrameSize whose first bytes are head (at
+// least the length prefix). An add (on an authenticated connection, where authentication is
+// on) of at most maxDiscardFrames × MaxFrameSize is answered EBADREQ and its bytes are then
+// discarded as they arrive, never buffered: closing the connection, as Netty's frame decoder
+// does, fails every request in flight on it, of every ledger, and clients take that for a
+// bookie failure and change ensembles (BookKeeper #2357). Anything else closes the
+// connection, as the stream may be out of step. skip > 0: discard that many bytes, from
+// head's start; wait: read more first; neither: close.
 func (cc *connState) oversize(head []byte) (skip int, wait bool) {
 	s := cc.srv
+	if int64(binary.BigEndian.Uint32(head))+protocol.LengthPrefixSize > int64(s.cfg.MaxFrameSize)*maxDiscardFrames {
+		return 0, false
+	}
 	if len(head) < protocol.LengthPrefixSize+protocol.HeaderSize {
 		return 0, true
 	}

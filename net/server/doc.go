@@ -113,9 +113,13 @@
 // as they come; the connection goes on. Netty instead closes the connection, which fails every
 // request in flight on it, of every ledger, and clients whose own limit is larger take that
 // for a bookie failure and change ensembles across the cluster (BookKeeper #2357); this
-// client fails the ledger with ErrEntryTooLarge on EBADREQ instead. Any other oversize frame
-// closes the connection once its header has arrived, before anything is allocated for it. ReadBufferCap (default MaxFrameSize, rounded up by gnet to a power of two)
-// is gnet's per-loop read buffer, so one read can take a whole frame.
+// client fails the ledger with ErrEntryTooLarge on EBADREQ instead. The discard is bounded:
+// a frame announcing more than maxDiscardFrames (8) × MaxFrameSize closes the connection as
+// soon as its length prefix has arrived, since so large a claim is not a client whose limit
+// is merely larger than ours, and waiting out up to 2 GiB of it would tie the connection up
+// for nothing. Any other oversize frame closes the connection once its header has arrived,
+// before anything is allocated for it. ReadBufferCap (default MaxFrameSize, rounded up by
+// gnet to a power of two) is gnet's per-loop read buffer, so one read can take a whole frame.
 //
 // # Bad input and failures
 //

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -259,6 +260,50 @@ func TestOversizeAddAnswered(t *testing.T) {
 			mustRead(t, c, 1, 1, protocol.ENOENTRY)
 			if st := env.srv.Stats(); st.ProtocolCloses != 0 || st.BadRequests != 1 {
 				t.Errorf("ProtocolCloses %d BadRequests %d, want 0 and 1", st.ProtocolCloses, st.BadRequests)
+			}
+		})
+}
+
+// TestOversizeClaimBeyondDiscardLimitClosed (reliability item 22): an add announcing more
+// than maxDiscardFrames × MaxFrameSize, up to a length of 2³¹−1, closes its connection as
+// soon as the length prefix has arrived, unanswered, instead of having its bytes waited out;
+// one at the bound is still answered EBADREQ. Other connections go on.
+func TestOversizeClaimBeyondDiscardLimitClosed(t *testing.T) {
+	const limit = 64 << 10
+	transports(t, []envOption{withConfig(func(c *Config) { c.MaxFrameSize = limit })},
+		func(t *testing.T, env *testEnv, dial func() *servertest.Client) {
+			good := dial()
+			mustAdd(t, good, keyA, entry(1, 0, "x"), 0, protocol.EOK)
+			// head is the start of an add (its ids and key) whose length prefix says length.
+			head := func(length uint32, entryID int64) []byte {
+				b, err := protocol.AppendAddRequest(nil, protocol.AddRequest{Header: protocol.Header{Version: 2},
+					MasterKey: keyA, Entry: entry(1, entryID, "")})
+				if err != nil {
+					t.Fatal(err)
+				}
+				binary.BigEndian.PutUint32(b, length)
+				return b
+			}
+			atBound := dial()
+			_ = atBound.SendRaw(head(limit*maxDiscardFrames-protocol.LengthPrefixSize, 1))
+			_ = atBound.Flush()
+			if resp, err := atBound.Recv(); err != nil || resp.Add.RC != protocol.EBADREQ || resp.Add.EntryID != 1 {
+				t.Fatalf("add at the discard bound: %+v, %v; want EBADREQ for entry 1", resp.Add, err)
+			}
+			// Just over the bound, with the add's ids sent; and 2³¹−1, with only the prefix sent.
+			over := head(limit*maxDiscardFrames-protocol.LengthPrefixSize+1, 2)
+			huge := head(math.MaxInt32, 3)[:protocol.LengthPrefixSize]
+			for _, raw := range [][]byte{over, huge} {
+				bad := dial()
+				_ = bad.SendRaw(raw)
+				_ = bad.Flush()
+				if resp, err := bad.Recv(); !servertest.IsClosedErr(err) {
+					t.Fatalf("add of length %d: %+v, %v; want the connection closed unanswered", binary.BigEndian.Uint32(raw), resp.Add, err)
+				}
+			}
+			mustAdd(t, good, keyA, entry(1, 1, "still served"), 0, protocol.EOK)
+			if st := env.srv.Stats(); st.ProtocolCloses != 2 || st.BadRequests != 1 {
+				t.Errorf("ProtocolCloses %d BadRequests %d, want 2 and 1", st.ProtocolCloses, st.BadRequests)
 			}
 		})
 }
