@@ -10,6 +10,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -262,6 +263,12 @@ func exchangeHostile(t *testing.T, env *testEnv, data []byte, mode uint8) hostil
 		}
 		resp, err := readResponse(br, env.srv.cfg.MaxFrameSize)
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("model %+v, mode %#x: neither answered nor closed in %v; got %v, still owing %+v",
+					m, mode, hostileWait, out.codes, owing)
+			}
+			// A frame cut short by the close (io.ErrUnexpectedEOF) counts as closed: a reset
+			// can drop what the server wrote last.
 			if !servertest.IsClosedErr(err) {
 				t.Fatalf("model %+v, mode %#x: %v after %v", m, mode, err, out.codes)
 			}
