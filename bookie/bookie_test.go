@@ -124,8 +124,9 @@ func TestProtocolAgainstTheRealEngine(t *testing.T) {
 	if rc, err := c.Add(key, entry(1, 20), protocol.FlagRecoveryAdd); err != nil || rc != protocol.EOK {
 		t.Fatalf("recovery add: %v %v", rc, err)
 	}
-	// An oversize frame closes that connection only, once its header shows it is not an add
-	// (an oversize add is answered EBADREQ: net/server's TestOversizeAddAnswered).
+	// An oversize frame closes that connection only: this one at its length prefix, which is
+	// past any add the server would discard (an oversize add within that bound is answered
+	// EBADREQ: net/server's TestOversizeAddAnswered).
 	bad := dial(t, b)
 	bad.SendRaw([]byte{0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0})
 	bad.Flush()
