@@ -500,9 +500,11 @@ func (c *Config) LoadFile(path string) (warnings []string, err error) {
 	return c.Apply(props)
 }
 
-// CacheBytes is the memory the bookie's configured caches may hold: the write cache, the
-// read-ahead cache and each ledger dir's index block cache.
-func (c *Config) CacheBytes() int64 {
+// MemoryBudget is the memory the bookie's configured bounds let it hold: the write cache, the
+// read-ahead cache, each ledger dir's index block cache, and the read responses not yet
+// written to sockets (maxUnwrittenReadBytes). The process's garbage-collection limit starts
+// from it (cmd/ringkeeper).
+func (c *Config) MemoryBudget() int64 {
 	return c.Engine.WriteCacheMaxSize + c.Engine.ReadAheadCacheMaxSize +
-		c.Engine.IndexBlockCacheSize*int64(len(c.Engine.LedgerDirs))
+		c.Engine.IndexBlockCacheSize*int64(len(c.Engine.LedgerDirs)) + int64(c.Server.MaxUnwrittenReadBytes)
 }

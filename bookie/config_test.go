@@ -284,3 +284,21 @@ func TestLargeFrameSizeRaisesTheLimitsThatHoldAFrame(t *testing.T) {
 		t.Fatalf("the server's config with a 32 MiB frame: %v", err)
 	}
 }
+
+// TestMemoryBudgetCountsUnwrittenReads: the budget the garbage-collection limit starts from
+// holds every configured bound on held bytes, the unwritten read responses included (they were
+// left out, so a bookie holding its whole read budget left the rest of the process half its
+// headroom).
+func TestMemoryBudgetCountsUnwrittenReads(t *testing.T) {
+	c := DefaultConfig()
+	c.Engine.LedgerDirs = []string{"a", "b"}
+	if _, err := c.Apply(map[string]string{"dbStorage_writeCacheMaxSizeMb": "64", "dbStorage_readAheadCacheMaxSizeMb": "32",
+		"maxUnwrittenReadBytes": strconv.Itoa(16 << 20)}); err != nil {
+		t.Fatal(err)
+	}
+	want := int64(64<<20) + 32<<20 + 2*c.Engine.IndexBlockCacheSize + 16<<20
+	if got := c.MemoryBudget(); got != want {
+		t.Fatalf("MemoryBudget %d, want %d (write 64 MiB + read-ahead 32 MiB + 2 index caches of %d + unwritten reads 16 MiB)",
+			got, want, c.Engine.IndexBlockCacheSize)
+	}
+}

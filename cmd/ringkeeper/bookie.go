@@ -96,7 +96,7 @@ An unknown key is a warning; a bad value is an error. SIGTERM or Ctrl-C shuts do
 				return err
 			}
 			cfg.Logger = log
-			setMemoryLimit(cfg.CacheBytes(), log)
+			setMemoryLimit(cfg.MemoryBudget(), log)
 			b, err := bookie.Start(cmd.Context(), cfg)
 			if err != nil {
 				return err

@@ -77,19 +77,21 @@ func setProcs() {
 	runtime.GOMAXPROCS(procsPerCPU * runtime.GOMAXPROCS(0))
 }
 
-// memoryHeadroom is what the process may use beyond its configured caches: connections,
-// queues, journal and entry-log buffers, metadata (and the embedded etcd in standalone).
+// memoryHeadroom is what the process may use beyond its bookies' memory budgets (caches and
+// unwritten read responses): connections, queues, journal and entry-log buffers, metadata
+// (and the embedded etcd in standalone).
 const memoryHeadroom = 256 << 20
 
-// setMemoryLimit makes the garbage collector keep the heap near the configured caches plus
-// memoryHeadroom (a soft limit: the GC works harder near it, nothing fails), unless the user
-// set GOMEMLIMIT. Without it the heap may grow to twice what is live before a collection, and
-// a bookie under a flood of adds held almost twice its caches in garbage.
-func setMemoryLimit(caches int64, log interface{ Info(string, ...any) }) {
+// setMemoryLimit makes the garbage collector keep the heap near the bookies' memory budget
+// (bookie.Config.MemoryBudget) plus memoryHeadroom (a soft limit: the GC works harder near it,
+// nothing fails), unless the user set GOMEMLIMIT. Without it the heap may grow to twice what
+// is live before a collection, and a bookie under a flood of adds held almost twice its
+// caches in garbage.
+func setMemoryLimit(budget int64, log interface{ Info(string, ...any) }) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
-	limit := caches + memoryHeadroom
+	limit := budget + memoryHeadroom
 	debug.SetMemoryLimit(limit)
-	log.Info("memory limit for the garbage collector", "bytes", limit, "caches", caches)
+	log.Info("memory limit for the garbage collector", "bytes", limit, "budget", budget)
 }

@@ -72,19 +72,19 @@ bookie addresses, and serves until Ctrl-C. Restarting it on the same data dir ke
 			if err := os.MkdirAll(dataDir, 0o755); err != nil {
 				return err
 			}
-			var caches int64
+			var budget int64
 			c, err := cluster.Start(cmd.Context(), cluster.Config{
 				DataDir: dataDir, Bookies: bookies, BasePort: basePort, MetadataPort: metadataPort,
 				HTTPBasePort: httpPort, Logger: log,
 				Bookie: func(_ int, cfg *bookie.Config) {
 					cfg.Engine.WriteCacheMaxSize = parsed.Engine.WriteCacheMaxSize
-					caches += cfg.CacheBytes()
+					budget += cfg.MemoryBudget()
 				},
 			})
 			if err != nil {
 				return err
 			}
-			setMemoryLimit(caches, log)
+			setMemoryLimit(budget, log)
 			fmt.Fprintf(cmd.OutOrStdout(), "ringkeeper standalone ready: metadata %s bookies %s (data in %s; Ctrl-C to stop)\n",
 				c.MetadataURI(), strings.Join(c.BookieAddrs(), ","), dataDir)
 			<-cmd.Context().Done()
