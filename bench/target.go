@@ -21,6 +21,9 @@ type Target struct {
 	DataDir string
 	// Bookie adjusts each standalone bookie's config.
 	Bookie func(i int, cfg *bookie.Config)
+	// Client, if set, adjusts each client's config (TLS, for example) before the client is
+	// made; an error fails the run.
+	Client func(cfg *client.Config) error
 }
 
 // connected is a target being used: a client, and the cluster when standalone.
@@ -28,6 +31,7 @@ type connected struct {
 	client  *client.Client
 	cluster *cluster.Cluster
 	uri     string
+	target  Target
 	cleanup func()
 }
 
@@ -36,7 +40,7 @@ type connected struct {
 func (c *connected) moreClients(ctx context.Context, n int) ([]*client.Client, error) {
 	out := []*client.Client{c.client}
 	for len(out) < n {
-		cl, err := newClient(ctx, c.uri)
+		cl, err := c.target.NewClient(ctx, c.uri)
 		if err != nil {
 			return nil, err
 		}
@@ -47,9 +51,15 @@ func (c *connected) moreClients(ctx context.Context, n int) ([]*client.Client, e
 	return out, nil
 }
 
-func newClient(ctx context.Context, uri string) (*client.Client, error) {
+// NewClient makes a client of the cluster at uri with t's adjustments.
+func (t Target) NewClient(ctx context.Context, uri string) (*client.Client, error) {
 	cfg := client.DefaultConfig(uri)
 	cfg.Logger = quietLogger()
+	if t.Client != nil {
+		if err := t.Client(&cfg); err != nil {
+			return nil, err
+		}
+	}
 	return client.New(ctx, cfg)
 }
 
@@ -67,12 +77,12 @@ func (t Target) connect(ctx context.Context) (*connected, error) {
 	if uri == "" {
 		return nil, errors.New("bench: give --metadata URI or --standalone")
 	}
-	cl, err := newClient(ctx, uri)
+	cl, err := t.NewClient(ctx, uri)
 	if err != nil {
 		c.cleanup()
 		return nil, err
 	}
-	c.client, c.uri = cl, uri
+	c.client, c.uri, c.target = cl, uri, t
 	prev := c.cleanup
 	c.cleanup = func() { cl.Close(); prev() }
 	return c, nil

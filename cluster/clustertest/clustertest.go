@@ -3,11 +3,16 @@ package clustertest
 
 import (
 	"context"
+	"crypto/tls"
+	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/bookie"
 	"github.com/ringkeeper/ringkeeper/cluster"
+	"github.com/ringkeeper/ringkeeper/net/server/servertest"
 )
 
 // SmallBookie keeps a test bookie light: small caches and files, one event loop, two read
@@ -35,4 +40,75 @@ func Start(t testing.TB, n int) *cluster.Cluster {
 	}
 	t.Cleanup(func() { c.Close(context.Background()) })
 	return c
+}
+
+// TLS is what a client of a StartTLS cluster needs: the CA that signs the bookies'
+// certificates (127.0.0.1 and localhost) and a client certificate the bookies accept, in
+// memory and as PEM files.
+type TLS struct {
+	CA                                    *servertest.CA
+	Client                                tls.Certificate
+	CAFile, ClientCertFile, ClientKeyFile string
+}
+
+// StartTLS is Start with every bookie also serving TLS on a tlsPort of its own and requiring
+// client certificates there (tlsClientAuthentication).
+func StartTLS(t testing.TB, n int) (*cluster.Cluster, TLS) {
+	t.Helper()
+	ca, err := servertest.NewCA("ringkeeper test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := ca.Issue(servertest.Leaf{IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := ca.Issue(servertest.Leaf{Client: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvKey, err := servertest.KeyPEM(srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliKey, err := servertest.KeyPEM(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	certFile, keyFile := write("bookie.crt", servertest.CertPEM(srv)), write("bookie.key", srvKey)
+	files := TLS{CA: ca, Client: cli, CAFile: write("ca.crt", ca.PEM()),
+		ClientCertFile: write("client.crt", servertest.CertPEM(cli)), ClientKeyFile: write("client.key", cliKey)}
+	c, err := cluster.Start(context.Background(), cluster.Config{
+		DataDir: t.TempDir(), Bookies: n, UnsafeNoFsync: true,
+		Bookie: func(i int, cfg *bookie.Config) {
+			SmallBookie(i, cfg)
+			cfg.TLSPort = freePort(t)
+			cfg.TLSCertificatePath, cfg.TLSKeyPath, cfg.TLSTrustStorePath = certFile, keyFile, files.CAFile
+			cfg.TLSClientAuthentication = true
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c, files
+}
+
+// freePort is a port free now (another process may take it before the bookie binds it).
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }

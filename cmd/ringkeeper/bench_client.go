@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ringkeeper/ringkeeper/bench"
+	"github.com/ringkeeper/ringkeeper/client"
 )
 
 // targetFlags are the flags of the workloads that run against a cluster.
@@ -18,6 +20,14 @@ func targetFlags(f *pflag.FlagSet, t *bench.Target) {
 	f.BoolVar(&t.Standalone, "standalone", false, "start an in-process cluster (embedded etcd and --bookies bookies) for the run")
 	f.IntVar(&t.Bookies, "bookies", t.Bookies, "bookies of the --standalone cluster")
 	f.StringVar(&t.DataDir, "data-dir", "", "data directory of the --standalone cluster (default: a temporary one)")
+	tf := &clientTLSFlags{}
+	tf.register(f)
+	t.Client = func(cfg *client.Config) error {
+		if t.Standalone && tf.enabled() {
+			return errors.New("the --tls flags need --metadata: --standalone bookies serve plaintext only")
+		}
+		return tf.apply(cfg)
+	}
 }
 
 // quorumFlags are a workload's ledger quorums: ensemble size, write and ack quorum.

@@ -17,16 +17,24 @@ import (
 	"github.com/ringkeeper/ringkeeper/metadata"
 )
 
-// metadataFlag is the shared --metadata flag of the shell commands.
-type metadataFlag struct{ uri string }
+// metadataFlag is the shared --metadata flag of the shell commands, with the client's TLS
+// flags.
+type metadataFlag struct {
+	uri string
+	tls clientTLSFlags
+}
 
 func (m *metadataFlag) register(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVar(&m.uri, "metadata", "etcd://127.0.0.1:2379/ledgers", "metadata service URI")
+	m.tls.register(cmd.PersistentFlags())
 }
 
 func (m *metadataFlag) client(ctx context.Context) (*client.Client, error) {
 	cfg := client.DefaultConfig(m.uri)
 	cfg.Logger = newLogger("text", "error")
+	if err := m.tls.apply(&cfg); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	return client.New(ctx, cfg)

@@ -132,9 +132,7 @@ func connect(ctx context.Context, o Options) (*env, error) {
 		e.cleanup()
 		return nil, errors.New("bench: give --metadata URI or --standalone")
 	}
-	ccfg := client.DefaultConfig(uri)
-	ccfg.Logger = quietLogger()
-	cl, err := client.New(ctx, ccfg)
+	cl, err := o.Target.NewClient(ctx, uri)
 	if err != nil {
 		e.cleanup()
 		return nil, err
