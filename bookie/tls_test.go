@@ -3,8 +3,6 @@ package bookie
 import (
 	"crypto/tls"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -35,23 +33,14 @@ func TestTLSClientAuthenticationRefusesBadClientCertificates(t *testing.T) {
 		}
 		return &c
 	}
-	dir := t.TempDir()
-	write := func(name string, data []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	srvCert := issue(ca, servertest.Leaf{DNSNames: []string{"localhost"}})
-	keyPEM, err := servertest.KeyPEM(*srvCert)
+	caFile, certFile, keyFile, err := ca.WriteFiles(t.TempDir(), "bookie", *issue(ca, servertest.Leaf{DNSNames: []string{"localhost"}}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := testConfig(t, metadatatest.URI(t), t.TempDir())
 	props, err := ParseProperties(strings.NewReader(fmt.Sprintf(
 		"tlsPort=%d\ntlsCertificatePath=%s\ntlsKeyStore=%s\ntlsTrustStore=%s\ntlsClientAuthentication=true\n",
-		freePort(t), write("bookie.crt", servertest.CertPEM(*srvCert)), write("bookie.key", keyPEM), write("ca.crt", ca.PEM()))))
+		freePort(t), certFile, keyFile, caFile)))
 	if err != nil {
 		t.Fatal(err)
 	}

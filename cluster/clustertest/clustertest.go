@@ -5,8 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -67,31 +65,21 @@ func StartTLS(t testing.TB, n int) (*cluster.Cluster, TLS) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srvKey, err := servertest.KeyPEM(srv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cliKey, err := servertest.KeyPEM(cli)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	write := func(name string, data []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
+	caFile, certFile, keyFile, err := ca.WriteFiles(dir, "bookie", srv)
+	if err != nil {
+		t.Fatal(err)
 	}
-	certFile, keyFile := write("bookie.crt", servertest.CertPEM(srv)), write("bookie.key", srvKey)
-	files := TLS{CA: ca, Client: cli, CAFile: write("ca.crt", ca.PEM()),
-		ClientCertFile: write("client.crt", servertest.CertPEM(cli)), ClientKeyFile: write("client.key", cliKey)}
+	files := TLS{CA: ca, Client: cli, CAFile: caFile}
+	if _, files.ClientCertFile, files.ClientKeyFile, err = ca.WriteFiles(dir, "client", cli); err != nil {
+		t.Fatal(err)
+	}
 	c, err := cluster.Start(context.Background(), cluster.Config{
 		DataDir: t.TempDir(), Bookies: n, UnsafeNoFsync: true,
 		Bookie: func(i int, cfg *bookie.Config) {
 			SmallBookie(i, cfg)
 			cfg.TLSPort = freePort(t)
-			cfg.TLSCertificatePath, cfg.TLSKeyPath, cfg.TLSTrustStorePath = certFile, keyFile, files.CAFile
+			cfg.TLSCertificatePath, cfg.TLSKeyPath, cfg.TLSTrustStorePath = certFile, keyFile, caFile
 			cfg.TLSClientAuthentication = true
 		},
 	})

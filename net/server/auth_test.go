@@ -210,20 +210,10 @@ func TestTLSClientCertificateVerification(t *testing.T) {
 		}
 		return &c
 	}
-	dir := t.TempDir()
-	write := func(name string, data []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	srvCert := issue(ca, servertest.Leaf{DNSNames: []string{"localhost"}})
-	keyPEM, err := servertest.KeyPEM(*srvCert)
+	caFile, certFile, keyFile, err := ca.WriteFiles(t.TempDir(), "server", *issue(ca, servertest.Leaf{DNSNames: []string{"localhost"}}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	certFile, keyFile, caFile := write("server.crt", servertest.CertPEM(*srvCert)), write("server.key", keyPEM), write("ca.crt", ca.PEM())
 
 	now := time.Now()
 	good := issue(ca, servertest.Leaf{Client: true})

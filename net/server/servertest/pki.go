@@ -10,6 +10,8 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 )
@@ -116,4 +118,23 @@ func KeyPEM(c tls.Certificate) ([]byte, error) {
 // PEM is the PEM encoding of the CA's certificate (a trust store file).
 func (ca *CA) PEM() []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw})
+}
+
+// WriteFiles writes the CA's certificate and c's certificate and key as PEM files in dir
+// (ca.crt, name.crt, name.key), for configs that name files, and returns their paths.
+func (ca *CA) WriteFiles(dir, name string, c tls.Certificate) (caFile, certFile, keyFile string, err error) {
+	key, err := KeyPEM(c)
+	if err != nil {
+		return "", "", "", err
+	}
+	caFile, certFile, keyFile = filepath.Join(dir, "ca.crt"), filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	for _, f := range []struct {
+		path string
+		data []byte
+	}{{caFile, ca.PEM()}, {certFile, CertPEM(c)}, {keyFile, key}} {
+		if err := os.WriteFile(f.path, f.data, 0o600); err != nil {
+			return "", "", "", err
+		}
+	}
+	return caFile, certFile, keyFile, nil
 }
