@@ -165,6 +165,8 @@ func Start(ctx context.Context, cfg Config) (_ *Bookie, err error) {
 		if scfg.TLSConfig, err = server.LoadTLSConfig(cfg.TLSCertificatePath, cfg.TLSKeyPath, cfg.TLSTrustStorePath, cfg.TLSClientAuthentication); err != nil {
 			return nil, err
 		}
+		// Client certificates required: the plaintext port must not serve clients without one.
+		scfg.PlaintextRefused = cfg.TLSClientAuthentication
 	}
 	if cfg.AuthToken != "" {
 		scfg.Auth = server.NewTokenAuth("", []byte(cfg.AuthToken))

@@ -44,7 +44,9 @@ type Config struct {
 	// server.LoadTLSConfig): with a trust store, a client certificate that has expired, is not
 	// yet valid or does not chain to it fails the handshake, and nothing the client sent is
 	// processed; TLSClientAuthentication also refuses clients without one (it needs the trust
-	// store). PEM files, not Java key stores, whatever the keys' names say.
+	// store), and makes the plaintext port (bookiePort) answer every add and read EUA, so that
+	// no client goes around the check (BookKeeper serves both on one port). PEM files, not
+	// Java key stores, whatever the keys' names say.
 	TLSPort                 int
 	TLSCertificatePath      string
 	TLSKeyPath              string

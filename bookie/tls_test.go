@@ -16,7 +16,7 @@ import (
 // keys tlsPort, tlsCertificatePath, tlsKeyStore, tlsTrustStore and tlsClientAuthentication=true
 // refuses a client whose certificate has expired or comes from a CA outside its trust store:
 // the handshake fails, the client's add is not stored, and a client with a good certificate is
-// served before and after.
+// served before and after. Its plaintext port answers adds and reads EUA.
 func TestTLSClientAuthenticationRefusesBadClientCertificates(t *testing.T) {
 	ca, err := servertest.NewCA("ringkeeper test CA")
 	if err != nil {
@@ -100,5 +100,16 @@ func TestTLSClientAuthenticationRefusesBadClientCertificates(t *testing.T) {
 	}
 	if rc, _, err := again.Read(1, 1); err != nil || rc != protocol.EOK {
 		t.Fatalf("new good client: %v %v", rc, err)
+	}
+	// The plaintext port does not let a client without a certificate around the check.
+	plain := dial(t, b)
+	if rc, err := plain.Add(key, entry(20, 0), 0); err != nil || rc != protocol.EUA {
+		t.Fatalf("add on the plaintext port: %v %v, want EUA", rc, err)
+	}
+	if rc, _, err := plain.Read(1, 1); err != nil || rc != protocol.EUA {
+		t.Fatalf("read on the plaintext port: %v %v, want EUA", rc, err)
+	}
+	if rc, _, err := good.Read(20, 0); err != nil || rc != protocol.ENOLEDGER {
+		t.Fatalf("the plaintext add was stored (read: %v %v)", rc, err)
 	}
 }

@@ -133,6 +133,35 @@ func TestTLSClientCertificates(t *testing.T) {
 	mustRead(t, env.dial(t), 1, 0, protocol.EOK)
 }
 
+// TestPlaintextRefused: with PlaintextRefused the plaintext port answers adds and reads EUA and
+// stores nothing, closes the connection on an AUTH, and the TLS port serves as before.
+func TestPlaintextRefused(t *testing.T) {
+	pki := newTestPKI(t)
+	env := startEnv(t, withTLS(), withConfig(func(c *Config) {
+		c.TLSConfig = pki.serverConfig(true)
+		c.PlaintextRefused = true
+	}))
+	env.tlsCli = pki.clientConfig(true)
+	mustAdd(t, env.dialTLS(t), keyA, entry(1, 0, "x"), 0, protocol.EOK)
+
+	plain := env.dial(t)
+	before, _, _, _ := env.storage.Counters()
+	mustAdd(t, plain, keyA, entry(2, 0, "x"), 0, protocol.EUA)
+	mustRead(t, plain, 1, 0, protocol.EUA)
+	if after, _, _, _ := env.storage.Counters(); after != before {
+		t.Fatalf("the plaintext port stored %d adds", after-before)
+	}
+	if _, err := env.dial(t).Auth(TokenAuthPluginName, []byte("any")); err == nil {
+		t.Fatal("AUTH on the plaintext port was answered, want the connection closed")
+	}
+	mustRead(t, env.dialTLS(t), 1, 0, protocol.EOK)
+
+	if err := (&Config{Addr: "127.0.0.1:0", PlaintextRefused: true}).Validate(); !errors.Is(err, ErrBadConfig) ||
+		!strings.Contains(err.Error(), "PlaintextRefused") {
+		t.Fatalf("PlaintextRefused without a TLS port: %v, want ErrBadConfig naming PlaintextRefused", err)
+	}
+}
+
 func TestTLSHandshakeTimeout(t *testing.T) {
 	env := startEnv(t, withTLS(), withConfig(func(c *Config) { c.TLSHandshakeTimeout = 100 * time.Millisecond }))
 	c, err := servertest.Dial(env.srv.TLSAddr().String()) // plaintext to the TLS port: no handshake

@@ -134,6 +134,12 @@ type Config struct {
 	// Auth, when set, requires every connection to authenticate with this provider before
 	// adds and reads (BookKeeper's bookieAuthProviderFactoryClass).
 	Auth AuthProvider
+	// PlaintextRefused serves TLS connections only (it needs TLSAddr): on the plaintext port
+	// (Addr) every add and read is answered EUA, as on a connection that has not
+	// authenticated, and an AUTH closes the connection. A bookie whose TLS port requires
+	// client certificates sets it, so that a client without one cannot go around the check
+	// by the plaintext port (BookKeeper serves both on one port and refuses such a client).
+	PlaintextRefused bool
 	// ErrorCode maps a Storage error to the return code sent to the client. Default: every
 	// error is EIO.
 	ErrorCode func(error) protocol.ReturnCode
@@ -209,6 +215,9 @@ func (c *Config) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		return bad("Addr %q: %v", c.Addr, err)
+	}
+	if c.PlaintextRefused && c.TLSAddr == "" {
+		return bad("PlaintextRefused without TLSAddr would serve no client")
 	}
 	if c.TLSAddr != "" {
 		if _, _, err := net.SplitHostPort(c.TLSAddr); err != nil {

@@ -48,6 +48,8 @@ type connState struct {
 	immediate []byte // responses made while decoding, written by the reader after the batch
 	authed    bool
 	authSess  AuthSession
+	// refused: a plaintext connection of a server with Config.PlaintextRefused.
+	refused   bool
 	paused    bool // decoding stopped because too many response bytes are queued
 	unflushed bool // the transport kept response bytes the socket did not take (gnet)
 	polled    bool // in Server.polled: paused or unflushed

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime/debug"
 
@@ -55,7 +56,7 @@ func (cc *connState) oversize(head []byte) (skip int, wait bool) {
 		return 0, true
 	}
 	h := protocol.ParseHeader(binary.BigEndian.Uint32(head[protocol.LengthPrefixSize:]))
-	if h.Op != protocol.OpAddEntry || (s.cfg.Auth != nil && !cc.authed) {
+	if h.Op != protocol.OpAddEntry || cc.unauthorized() {
 		return 0, false
 	}
 	if len(head) < oversizeAddHead {
@@ -96,7 +97,7 @@ func (cc *connState) handleFrame(frame []byte) (closeConn bool) {
 	if req.Header.Op == protocol.OpAuth {
 		return cc.handleAuth(&req.Auth)
 	}
-	if s.cfg.Auth != nil && !cc.authed {
+	if cc.unauthorized() {
 		// BookKeeper's AuthHandler for v2: adds and reads (batch reads are reads) get EUA.
 		cc.respond(req, protocol.EUA)
 		return false
@@ -297,9 +298,20 @@ func (cc *connState) submitRead(t *readTask) {
 	s.putReadTask(t)
 }
 
+// unauthorized reports whether adds and reads on the connection are refused (EUA): it has
+// not authenticated where authentication is required, or it is plaintext where only TLS is
+// served.
+func (cc *connState) unauthorized() bool {
+	return cc.refused || cc.srv.cfg.Auth != nil && !cc.authed
+}
+
 func (cc *connState) handleAuth(r *protocol.AuthRequest) (closeConn bool) {
 	s := cc.srv
 	p := s.cfg.Auth
+	if cc.refused {
+		s.closeFor(cc, closeAuth, errors.New("server: AUTH on the plaintext port, which serves no client: use the TLS port"))
+		return true
+	}
 	if p == nil {
 		s.closeFor(cc, closeAuth, fmt.Errorf("server: AUTH from plugin %q but authentication is not configured", r.Message.PluginName))
 		return true

@@ -200,6 +200,7 @@ func (h *gnetHandler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		remote = a.String()
 	}
 	g.cc.init(s, g, remote)
+	g.cc.refused = s.cfg.PlaintextRefused
 	c.SetContext(g)
 	s.register(&g.cc)
 	return nil, gnet.None
