@@ -167,6 +167,9 @@ func Start(ctx context.Context, cfg Config) (_ *Bookie, err error) {
 		}
 		// Client certificates required: the plaintext port must not serve clients without one.
 		scfg.PlaintextRefused = cfg.TLSClientAuthentication
+		if len(cfg.AuthorizedRoles) > 0 {
+			scfg.AuthorizeCertificate = server.AuthorizeRoles(cfg.AuthorizedRoles)
+		}
 	}
 	if cfg.AuthToken != "" {
 		scfg.Auth = server.NewTokenAuth("", []byte(cfg.AuthToken))

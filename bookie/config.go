@@ -52,6 +52,10 @@ type Config struct {
 	TLSKeyPath              string
 	TLSTrustStorePath       string
 	TLSClientAuthentication bool
+	// AuthorizedRoles (authorizedRoles, BookKeeper's BookieAuthZFactory): when set, a TLS
+	// client's certificate must name one of these roles first in its OU (server.AuthorizeRoles);
+	// other clients get EUA for every add and read. It needs tlsClientAuthentication.
+	AuthorizedRoles []string
 	// AuthToken (bookieAuthToken / bookieAuthTokenFile): when set, clients must authenticate
 	// with this shared token before adds and reads.
 	AuthToken string
@@ -118,6 +122,8 @@ func (c *Config) Validate() error {
 		return bad("prometheusStatsHttpPort %d is not a port (0: no HTTP server, -1: any free port)", c.PrometheusStatsHTTPPort)
 	case c.TLSPort != 0 && (c.TLSCertificatePath == "" || c.TLSKeyPath == ""):
 		return bad("tlsPort is set but tlsCertificatePath or tlsKeyStore is not")
+	case len(c.AuthorizedRoles) > 0 && (c.TLSPort == 0 || !c.TLSClientAuthentication):
+		return bad("authorizedRoles needs tlsPort and tlsClientAuthentication=true: roles come from client certificates")
 	case c.DiskUsageThreshold <= 0 || c.DiskUsageThreshold > 1:
 		return bad("diskUsageThreshold %v must be in (0, 1]", c.DiskUsageThreshold)
 	case c.DiskUsageLwmThreshold <= 0 || c.DiskUsageLwmThreshold > c.DiskUsageThreshold:
@@ -315,6 +321,7 @@ var Keys = map[string]setter{
 	"tlsKeyStore":             stringKey(func(c *Config) *string { return &c.TLSKeyPath }),
 	"tlsTrustStore":           stringKey(func(c *Config) *string { return &c.TLSTrustStorePath }),
 	"tlsClientAuthentication": boolKey(func(c *Config) *bool { return &c.TLSClientAuthentication }),
+	"authorizedRoles":         listKey(func(c *Config) *[]string { return &c.AuthorizedRoles }),
 	"bookieAuthToken":         stringKey(func(c *Config) *string { return &c.AuthToken }),
 	"bookieAuthTokenFile": func(c *Config, v string) error {
 		b, err := os.ReadFile(v)

@@ -3,6 +3,7 @@ package bookie
 import (
 	"crypto/tls"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +112,65 @@ func TestTLSClientAuthenticationRefusesBadClientCertificates(t *testing.T) {
 	}
 	if rc, _, err := good.Read(20, 0); err != nil || rc != protocol.ENOLEDGER {
 		t.Fatalf("the plaintext add was stored (read: %v %v)", rc, err)
+	}
+}
+
+// TestAuthorizedRolesKey: authorizedRoles (BookKeeper's BookieAuthZFactory) lets a TLS client
+// in only when its certificate's first role is listed; it is refused as config without
+// tlsClientAuthentication, since roles come from client certificates.
+func TestAuthorizedRolesKey(t *testing.T) {
+	ca, err := servertest.NewCA("ringkeeper test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvCert, err := ca.Issue(servertest.Leaf{DNSNames: []string{"localhost"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile, certFile, keyFile, err := ca.WriteFiles(t.TempDir(), "bookie", srvCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := fmt.Sprintf("tlsPort=%d\ntlsCertificatePath=%s\ntlsKeyStore=%s\ntlsTrustStore=%s\nauthorizedRoles=ingest, admin\n",
+		freePort(t), certFile, keyFile, caFile)
+	apply := func(props string) Config {
+		cfg := testConfig(t, metadatatest.URI(t), t.TempDir())
+		p, err := ParseProperties(strings.NewReader(props))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cfg.Apply(p); err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	noClientAuth := apply(keys)
+	if err := noClientAuth.Validate(); err == nil || !strings.Contains(err.Error(), "authorizedRoles") {
+		t.Fatalf("authorizedRoles without tlsClientAuthentication: %v, want a config error naming it", err)
+	}
+	cfg := apply(keys + "tlsClientAuthentication=true\n")
+	if !slices.Equal(cfg.AuthorizedRoles, []string{"ingest", "admin"}) {
+		t.Fatalf("authorizedRoles parsed as %q", cfg.AuthorizedRoles)
+	}
+	b := start(t, cfg)
+	dial := func(role string) *servertest.Client {
+		cert, err := ca.Issue(servertest.Leaf{Client: true, OU: []string{"0:" + role}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := servertest.DialTLS(b.TLSAddr().String(), &tls.Config{RootCAs: ca.Pool, ServerName: "localhost",
+			Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Timeout = 5 * time.Second
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	if rc, err := dial("admin").Add(key, entry(1, 0), 0); err != nil || rc != protocol.EOK {
+		t.Fatalf("role admin: %v %v, want EOK", rc, err)
+	}
+	if rc, err := dial("audit").Add(key, entry(2, 0), 0); err != nil || rc != protocol.EUA {
+		t.Fatalf("role audit: %v %v, want EUA", rc, err)
 	}
 }

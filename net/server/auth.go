@@ -2,7 +2,11 @@ package server
 
 import (
 	"crypto/subtle"
+	"crypto/x509"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 )
 
 // AuthProvider is a server-side authentication plugin, BookKeeper's BookieAuthProvider.Factory.
@@ -63,4 +67,43 @@ func (s tokenSession) Step(payload []byte) ([]byte, bool, error) {
 		return nil, false, ErrAuthFailed
 	}
 	return nil, true, nil
+}
+
+// AuthorizeRoles is BookKeeper's BookieAuthZFactory as an AuthorizeCertificate: the client's
+// certificate must carry a role, and its first role must be one of allowed. Roles are in the
+// subject's OU, in BookKeeper's format: ";"-separated "code:value" parts, where code 0 lists
+// the roles, ","-separated (for example OU=0:ingest,audit;1:cluster-a). The first OU value
+// with a code-0 part counts.
+func AuthorizeRoles(allowed []string) func(*x509.Certificate) error {
+	return func(cert *x509.Certificate) error {
+		if cert == nil {
+			return errors.New("server: no client certificate, so no role (authorizedRoles)")
+		}
+		roles := CertificateRoles(cert)
+		if len(roles) == 0 {
+			return fmt.Errorf("server: client certificate %q has no role in its OU (0:role,...); authorizedRoles %v", cert.Subject, allowed)
+		}
+		if !slices.Contains(allowed, roles[0]) {
+			return fmt.Errorf("server: client certificate role %q is not in authorizedRoles %v", roles[0], allowed)
+		}
+		return nil
+	}
+}
+
+// CertificateRoles returns the roles in cert's subject OU (see AuthorizeRoles), nil if none.
+func CertificateRoles(cert *x509.Certificate) []string {
+	for _, ou := range cert.Subject.OrganizationalUnit {
+		for part := range strings.SplitSeq(ou, ";") {
+			code, value, ok := strings.Cut(part, ":")
+			if !ok || strings.TrimSpace(code) != "0" {
+				continue
+			}
+			var roles []string
+			for r := range strings.SplitSeq(value, ",") {
+				roles = append(roles, strings.TrimSpace(r))
+			}
+			return roles
+		}
+	}
+	return nil
 }

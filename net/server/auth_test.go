@@ -3,11 +3,13 @@ package server
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -300,4 +302,75 @@ func TestTLSClientCertificateVerification(t *testing.T) {
 		// Plaintext clients are unaffected.
 		mustAdd(t, env.dial(t), keyA, entry(1, 0, "plain"), 0, protocol.EOK)
 	}
+}
+
+// TestCertificateRoles: roles come from the OU's code-0 part, in BookKeeper's format.
+func TestCertificateRoles(t *testing.T) {
+	for _, c := range []struct {
+		ou   []string
+		want []string
+	}{
+		{nil, nil},
+		{[]string{"ops"}, nil},
+		{[]string{"0:ingest"}, []string{"ingest"}},
+		{[]string{"0:ingest, audit ;1:cluster-a"}, []string{"ingest", "audit"}},
+		{[]string{"1:cluster-a;0:audit"}, []string{"audit"}},
+		{[]string{"team", "0:audit"}, []string{"audit"}},
+		{[]string{"0:"}, []string{""}},
+		{[]string{"x0:ingest"}, nil},
+	} {
+		got := CertificateRoles(&x509.Certificate{Subject: pkix.Name{OrganizationalUnit: c.ou}})
+		if !slices.Equal(got, c.want) {
+			t.Errorf("OU %q: roles %q, want %q", c.ou, got, c.want)
+		}
+	}
+}
+
+// TestAuthorizedRoles: with AuthorizeRoles (authorizedRoles) a TLS client whose certificate's
+// first role is allowed is served; one with another first role, or none, gets EUA for adds and
+// reads, stores nothing, and is closed on AUTH.
+func TestAuthorizedRoles(t *testing.T) {
+	ca, err := servertest.NewCA("ringkeeper test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(l servertest.Leaf) tls.Certificate {
+		c, err := ca.Issue(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	srvCert := issue(servertest.Leaf{DNSNames: []string{"localhost"}})
+	env := startEnv(t, withTLS(), withConfig(func(c *Config) {
+		c.TLSConfig = &tls.Config{Certificates: []tls.Certificate{srvCert}, ClientCAs: ca.Pool,
+			ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
+		c.AuthorizeCertificate = AuthorizeRoles([]string{"ingest", "admin"})
+	}))
+	dial := func(ou ...string) *servertest.Client {
+		c, err := servertest.DialTLS(env.srv.TLSAddr().String(), &tls.Config{RootCAs: ca.Pool, ServerName: "localhost",
+			Certificates: []tls.Certificate{issue(servertest.Leaf{Client: true, OU: ou})}, MinVersion: tls.VersionTLS12})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Timeout = 5 * time.Second
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	good := dial("0:ingest;1:cluster-a")
+	mustAdd(t, good, keyA, entry(1, 0, "x"), 0, protocol.EOK)
+	mustAdd(t, dial("0:admin"), keyA, entry(1, 1, "x"), 0, protocol.EOK)
+	for _, ou := range [][]string{{"0:audit"}, {"0:audit,ingest"}, nil, {"ops"}} {
+		c := dial(ou...)
+		before, _, _, _ := env.storage.Counters()
+		mustAdd(t, c, keyA, entry(2, 0, "x"), 0, protocol.EUA)
+		mustRead(t, c, 1, 0, protocol.EUA)
+		if after, _, _, _ := env.storage.Counters(); after != before {
+			t.Fatalf("OU %q: %d adds stored", ou, after-before)
+		}
+		if _, err := c.Auth(TokenAuthPluginName, []byte("any")); err == nil {
+			t.Fatalf("OU %q: AUTH answered, want the connection closed", ou)
+		}
+	}
+	mustRead(t, good, 1, 1, protocol.EOK)
 }

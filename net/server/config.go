@@ -134,6 +134,11 @@ type Config struct {
 	// Auth, when set, requires every connection to authenticate with this provider before
 	// adds and reads (BookKeeper's bookieAuthProviderFactoryClass).
 	Auth AuthProvider
+	// AuthorizeCertificate, if set, decides after each TLS handshake whether the client's
+	// certificate (nil without one) may use the bookie: an error makes the connection answer
+	// every add and read EUA (and close on AUTH), as BookKeeper's BookieAuthZFactory does; the
+	// error is logged. AuthorizeRoles makes one from authorizedRoles.
+	AuthorizeCertificate func(cert *x509.Certificate) error
 	// PlaintextRefused serves TLS connections only (it needs TLSAddr): on the plaintext port
 	// (Addr) every add and read is answered EUA, as on a connection that has not
 	// authenticated, and an AUTH closes the connection. A bookie whose TLS port requires

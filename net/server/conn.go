@@ -48,7 +48,8 @@ type connState struct {
 	immediate []byte // responses made while decoding, written by the reader after the batch
 	authed    bool
 	authSess  AuthSession
-	// refused: a plaintext connection of a server with Config.PlaintextRefused.
+	// refused: a plaintext connection of a server with Config.PlaintextRefused, or a TLS one
+	// whose certificate Config.AuthorizeCertificate refused.
 	refused   bool
 	paused    bool // decoding stopped because too many response bytes are queued
 	unflushed bool // the transport kept response bytes the socket did not take (gnet)

@@ -299,8 +299,8 @@ func (cc *connState) submitRead(t *readTask) {
 }
 
 // unauthorized reports whether adds and reads on the connection are refused (EUA): it has
-// not authenticated where authentication is required, or it is plaintext where only TLS is
-// served.
+// not authenticated where authentication is required, it is plaintext where only TLS is
+// served, or its certificate was not authorized.
 func (cc *connState) unauthorized() bool {
 	return cc.refused || cc.srv.cfg.Auth != nil && !cc.authed
 }
@@ -309,7 +309,7 @@ func (cc *connState) handleAuth(r *protocol.AuthRequest) (closeConn bool) {
 	s := cc.srv
 	p := s.cfg.Auth
 	if cc.refused {
-		s.closeFor(cc, closeAuth, errors.New("server: AUTH on the plaintext port, which serves no client: use the TLS port"))
+		s.closeFor(cc, closeAuth, errors.New("server: AUTH on a connection refused service (the plaintext port of a TLS-only bookie, or a client certificate not authorized)"))
 		return true
 	}
 	if p == nil {

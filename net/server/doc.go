@@ -54,7 +54,8 @@
 // and dispatch code on its own receive buffer, and a writer goroutine that writes the queue
 // when woken. Handshakes are bounded by TLSHandshakeTimeout; client certificates are verified
 // when TLSConfig asks for them (LoadTLSConfig). With PlaintextRefused (a bookie requiring
-// client certificates) the plaintext port answers every add and read EUA and closes on AUTH.
+// client certificates) the plaintext port answers every add and read EUA and closes on AUTH;
+// so does a TLS connection whose certificate AuthorizeCertificate refuses (authorizedRoles).
 //
 // A resume goroutine wakes paused connections, and connections whose socket has not taken all
 // that gnet holds for them, every ResumeInterval (see below); it runs only while there are any.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -122,6 +123,17 @@ func (t *stdConn) readLoop() {
 			return
 		}
 		_ = tc.SetDeadline(time.Time{})
+		if authz := s.cfg.AuthorizeCertificate; authz != nil {
+			var cert *x509.Certificate
+			if certs := tc.ConnectionState().PeerCertificates; len(certs) > 0 {
+				cert = certs[0]
+			}
+			if err := authz(cert); err != nil {
+				s.stats.authFailures.Add(1)
+				s.log.Warn("server: client certificate not authorized: adds and reads answered EUA", "remote", t.cc.remote, "err", err)
+				t.cc.refused = true
+			}
+		}
 	}
 	rb := stdReadBuffer{buf: make([]byte, stdReadBufferSize)}
 	for {

@@ -61,6 +61,8 @@ type Leaf struct {
 	IPs      []net.IP
 	// Client makes a client certificate (ExtKeyUsageClientAuth) instead of a server one.
 	Client bool
+	// OU is the subject's organizational units (BookKeeper puts roles there: "0:role,...").
+	OU []string
 }
 
 // Issue makes a certificate signed by the CA.
@@ -81,7 +83,7 @@ func (ca *CA) Issue(l Leaf) (tls.Certificate, error) {
 		usage = x509.ExtKeyUsageClientAuth
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: "ringkeeper test"},
+		SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: "ringkeeper test", OrganizationalUnit: l.OU},
 		NotBefore: l.NotBefore, NotAfter: l.NotAfter,
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
 		DNSNames: l.DNSNames, IPAddresses: l.IPs,
