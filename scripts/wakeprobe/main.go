@@ -1,6 +1,7 @@
 // Command wakeprobe measures how long a goroutine made runnable by a goroutine that keeps
-// running waits before it runs, against how long an OS thread woken the same way waits, and
-// against a waker that yields right after the wake-up. It explains the hand-off costs quoted
+// running waits before it runs, against how long an OS thread woken the same way waits, a
+// goroutine parked in the netpoller woken through a pipe, and a waker that yields right after
+// the wake-up. It explains the hand-off costs quoted
 // in BENCHMARKS.md: each hand-off of work between goroutines (an event loop waking the
 // journal, a callback waking a writer) pays the first.
 //
@@ -11,6 +12,7 @@ package main
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
 	"syscall"
@@ -113,6 +115,38 @@ func yielding() (lat, self []time.Duration) {
 	return lat, self
 }
 
+// netpolled: the waiter blocks reading an os.Pipe (parked in the netpoller); the waker writes
+// to it and keeps running. The netpoller hands the waiter to an idle P, not to the waker's.
+func netpolled() []time.Duration {
+	r, w, err := os.Pipe()
+	if err != nil {
+		panic(err)
+	}
+	res := make(chan time.Duration, 1)
+	go func() {
+		b := make([]byte, 8)
+		for {
+			if n, err := r.Read(b); n != 8 || err != nil {
+				return
+			}
+			res <- time.Duration(now() - int64(binary.LittleEndian.Uint64(b)))
+		}
+	}()
+	var lat []time.Duration
+	b := make([]byte, 8)
+	for range rounds {
+		time.Sleep(idle)
+		binary.LittleEndian.PutUint64(b, uint64(now()))
+		if _, err := w.Write(b); err != nil {
+			panic(err)
+		}
+		spin(busy)
+		lat = append(lat, <-res)
+	}
+	w.Close()
+	return lat
+}
+
 func report(name string, lat []time.Duration) {
 	slices.Sort(lat)
 	q := func(f float64) time.Duration { return lat[int(f*float64(len(lat)-1))].Round(100 * time.Nanosecond) }
@@ -124,6 +158,7 @@ func main() {
 		runtime.GOMAXPROCS(0), runtime.NumCPU(), busy)
 	report("goroutine woken by a busy one", goroutines())
 	report("OS thread woken by a busy one", threads())
+	report("netpolled goroutine, busy waker", netpolled())
 	lat, self := yielding()
 	report("goroutine woken, the waker yields", lat)
 	report("  the yielding waker's own delay", self)
