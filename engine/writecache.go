@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -22,8 +23,13 @@ const writeCacheShards = 64
 const cacheAlign = 64
 
 // maxDenseGap bounds how far past a ledger's dense index an entry may land and still be stored
-// densely (the gap is filled with absent slots); entries further out go to the sparse map.
+// densely (the gap is filled with absent slots); entries further out go to the sparse map. A gap
+// is filled only while the dense slice stays within the bytes of the ledger's entries in the half
+// (ledgerSlots.fitsDense).
 const maxDenseGap = 4096
+
+// cacheSlotSize is the memory of one dense slot.
+const cacheSlotSize = int64(unsafe.Sizeof(cacheSlot{}))
 
 // entryKey identifies an entry.
 type entryKey struct{ ledger, entry int64 }
@@ -53,9 +59,27 @@ type ledgerSlots struct {
 	dense  []cacheSlot
 	sparse map[int64]cacheSlot
 	last   int64
+	// bytes is the length of the ledger's entries in the half, dense and sparse.
+	bytes int64
+}
+
+// fitsDense reports whether the dense slice may grow to cover index i, for an entry of n
+// bytes. The next index always may (a slot per entry); a gap is filled with absent slots only
+// while the slice stays within the bytes of the ledger's entries: tiny entries whose ids are up
+// to maxDenseGap apart would otherwise cost 64 KiB of slots each, an index a thousand times the
+// size of the write cache it indexes.
+func (ls *ledgerSlots) fitsDense(i, n int64) bool {
+	gap := i - int64(len(ls.dense))
+	return gap == 0 || gap > 0 && gap <= maxDenseGap && (i+1)*cacheSlotSize <= ls.bytes+n
 }
 
 func (ls *ledgerSlots) set(entry int64, s cacheSlot) (old cacheSlot, replaced bool) {
+	defer func() {
+		ls.bytes += int64(s.length)
+		if replaced {
+			ls.bytes -= int64(old.length)
+		}
+	}()
 	if len(ls.dense) == 0 && len(ls.sparse) == 0 {
 		ls.first, ls.last = entry, entry
 	}
@@ -66,7 +90,7 @@ func (ls *ledgerSlots) set(entry int64, s cacheSlot) (old cacheSlot, replaced bo
 		old = ls.dense[i]
 		ls.dense[i] = s
 		return old, old.length >= 0
-	case i >= int64(len(ls.dense)) && i-int64(len(ls.dense)) <= maxDenseGap:
+	case i >= int64(len(ls.dense)) && ls.fitsDense(i, int64(s.length)):
 		for int64(len(ls.dense)) < i {
 			ls.dense = append(ls.dense, ls.takeSparse(ls.first+int64(len(ls.dense)), cacheSlot{length: -1}))
 		}
@@ -108,6 +132,7 @@ func (ls *ledgerSlots) get(entry int64) (cacheSlot, bool) {
 func (ls *ledgerSlots) reset() {
 	ls.dense = ls.dense[:0]
 	clear(ls.sparse)
+	ls.bytes = 0
 }
 
 type cacheShard struct {

@@ -137,3 +137,44 @@ func BenchmarkWriteCachePut(b *testing.B) {
 	b.ResetTimer()
 	fill(b.N)
 }
+
+// TestWriteCacheIndexStaysWithinTheCache (reliability §5 item 24, found by the bookie's flood
+// test, fixed): tiny entries whose ids are maxDenseGap apart made each add fill a gap of 4096
+// absent dense slots, 64 KiB of index for a 64-byte entry, so that a client adding within every
+// limit grew the heap to a thousand times the write cache. The dense slice now fills a gap only
+// while it stays within the bytes of the ledger's entries; every entry stays readable.
+func TestWriteCacheIndexStaysWithinTheCache(t *testing.T) {
+	h := newCacheHalf(64<<10, 16<<10)
+	data := make([]byte, storedEntryHeader)
+	var ids []int64
+	for e := int64(0); ; e += maxDenseGap {
+		if _, _, ok := h.put(1, e, data, false); !ok {
+			break
+		}
+		ids = append(ids, e)
+	}
+	// Then a run of consecutive ids, which stays dense.
+	next := ids[len(ids)-1] + maxDenseGap
+	h2 := newCacheHalf(64<<10, 16<<10)
+	for e := next; e < next+100; e++ {
+		if _, _, ok := h2.put(1, e, data, false); !ok {
+			t.Fatalf("put %d failed", e)
+		}
+	}
+	ls := h.lookup(1)
+	if index := int64(cap(ls.dense)) * cacheSlotSize; index > h.capacity {
+		t.Fatalf("%d entries %d ids apart: dense index of %d bytes (%d slots) for a half of %d bytes",
+			len(ids), maxDenseGap, index, cap(ls.dense), h.capacity)
+	}
+	for _, e := range ids {
+		if _, ok := h.get(1, e, nil); !ok {
+			t.Fatalf("entry %d lost", e)
+		}
+	}
+	if last, ok := h.lastEntry(1); !ok || last != ids[len(ids)-1] {
+		t.Fatalf("last entry %d %v, want %d", last, ok, ids[len(ids)-1])
+	}
+	if ls2 := h2.lookup(1); len(ls2.dense) != 100 || len(ls2.sparse) != 0 {
+		t.Fatalf("consecutive ids: %d dense, %d sparse, want all 100 dense", len(ls2.dense), len(ls2.sparse))
+	}
+}
