@@ -115,6 +115,10 @@ func floodConfig(t *testing.T, uri, dir string, fs diskio.FS) Config {
 // started, derived from its configured limits:
 //
 //   - MemoryBudget: write cache, read-ahead cache, index block caches, unwritten read bytes;
+//   - the write cache's index of the entries it holds: at most one entry per 64-byte
+//     allocation, each costing at most 128 bytes (its dense slot or sparse map entry, and its
+//     share of its ledger's table and of the slots a dense index leaves absent), so twice
+//     WriteCacheMaxSize;
 //   - adds in flight (MaxAddsInProgressLimit) × a frame: an add the storage could not take at
 //     once waits for a blocking-add worker with a copy of its entry;
 //   - reads in flight (MaxReadsInProgressLimit) × a frame: the response a read worker builds
@@ -137,6 +141,7 @@ func floodBound(cfg Config, conns int) (bound int64, terms string) {
 		n    int64
 	}{
 		{"MemoryBudget", cfg.MemoryBudget()},
+		{"write-cache index", 2 * cfg.Engine.WriteCacheMaxSize},
 		{"adds in flight", int64(s.MaxAddsInProgressLimit) * frame},
 		{"reads in flight", int64(s.MaxReadsInProgressLimit) * frame},
 		{"journal queue", int64(cfg.Engine.Journal.QueueSize) * frame},
@@ -481,7 +486,7 @@ func testFlood(t *testing.T, respond, overTLS bool) {
 		peaks.samples++
 		elapsed := time.Since(begin)
 		if elapsed >= floodMin && good.adds.Load() >= minGood || elapsed >= floodMaxWait ||
-			f.err.Load() != nil {
+			f.err.Load() != nil || peaks.heapInuse > bound { // over it: stop before it takes the machine
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -531,8 +536,14 @@ func testFlood(t *testing.T, respond, overTLS bool) {
 		peaks.unwrittenReads > int64(s.MaxUnwrittenReadBytes)+int64(s.MaxFrameSize) {
 		t.Errorf("in-progress limits exceeded: %+v", peaks)
 	}
-	// (b) The heap stayed under the bound derived from the limits.
-	if peaks.heapInuse > bound {
+	// (b) The heap stayed under the bound derived from the limits. Not under the race
+	// detector: there sync.Pool drops a quarter of what is put back and collections run
+	// slower, so a collection measured during the flood counts much garbage allocated while it
+	// ran (up to twice the bound); the limits above and the return to the baseline below hold.
+	switch {
+	case raceEnabled:
+		t.Logf("race detector: heap bound not asserted")
+	case peaks.heapInuse > bound:
 		t.Errorf("heap in use rose %d KiB above the baseline during the flood, over the bound of %d KiB (%s)",
 			peaks.heapInuse>>10, bound>>10, terms)
 	}

@@ -1,0 +1,6 @@
+//go:build race
+
+package bookie
+
+// raceEnabled is set under the race detector (see TestFloodIsBoundedAndFair).
+const raceEnabled = true
