@@ -74,12 +74,16 @@ func (ls *ledgerSlots) fitsDense(i, n int64) bool {
 }
 
 func (ls *ledgerSlots) set(entry int64, s cacheSlot) (old cacheSlot, replaced bool) {
-	defer func() {
-		ls.bytes += int64(s.length)
-		if replaced {
-			ls.bytes -= int64(old.length)
-		}
-	}()
+	old, replaced = ls.place(entry, s)
+	ls.bytes += int64(s.length)
+	if replaced {
+		ls.bytes -= int64(old.length)
+	}
+	return old, replaced
+}
+
+// place stores s as entry's slot, densely or in the sparse map, returning the slot it replaced.
+func (ls *ledgerSlots) place(entry int64, s cacheSlot) (old cacheSlot, replaced bool) {
 	if len(ls.dense) == 0 && len(ls.sparse) == 0 {
 		ls.first, ls.last = entry, entry
 	}
