@@ -512,7 +512,9 @@ func (c *Config) LoadFile(path string) (warnings []string, err error) {
 // MemoryBudget is the memory the bookie's configured bounds let it hold: the write cache, the
 // read-ahead cache, each ledger dir's index block cache, and the read responses not yet
 // written to sockets (maxUnwrittenReadBytes). The process's garbage-collection limit starts
-// from it (cmd/ringkeeper).
+// from it (cmd/ringkeeper). Not in it: pebble's memtables (up to two of 64 MiB per ledger dir),
+// which a cgo build allocates outside the Go heap, and the per-connection and in-progress
+// bounds, which the limit's fixed headroom covers.
 func (c *Config) MemoryBudget() int64 {
 	return c.Engine.WriteCacheMaxSize + c.Engine.ReadAheadCacheMaxSize +
 		c.Engine.IndexBlockCacheSize*int64(len(c.Engine.LedgerDirs)) + int64(c.Server.MaxUnwrittenReadBytes)
