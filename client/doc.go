@@ -64,6 +64,13 @@
 // an error or after SpeculativeReadTimeout without an answer. Range reads and Entries keep
 // ReadWindow entries in flight.
 //
+// # Connections
+//
+// One connection per bookie (net/transport), shared by every ledger of the Client. Ensembles
+// name bookies by id, their plaintext address; with Config.Transport.TLS set, the client dials
+// each bookie at the TLS endpoint it registered instead (bookie-tls, its tlsPort), learnt from
+// the watcher and kept after the bookie leaves the registry.
+//
 // # Goroutines
 //
 // One watcher goroutine per Client follows the writable bookies in the metadata service;
