@@ -129,6 +129,8 @@ func (a logAdapter) ReadAhead(loc uint64, maxBytes int, fn func(ledgerID, entryI
 
 func (a logAdapter) CompletedLogs() []uint64 { return a.l.CompletedLogs() }
 
+func (a logAdapter) CurrentLogID() uint64 { return a.l.CurrentLogID() }
+
 func (a logAdapter) LedgersMap(id uint64) (map[int64]uint64, int64, error) {
 	return a.l.LedgersMapScanned(id)
 }

@@ -200,7 +200,7 @@ func (d *ledgerDir) commitDeletes() error {
 	}
 	d.e.ledgers.deleted(deleted, d.e.snapshots.Load())
 	d.indexSeq.Add(1)
-	return nil
+	return d.e.hook(stepDeletesCommitted)
 }
 
 // removeLogs removes completed logs that no index location points into any more: it commits
@@ -216,6 +216,9 @@ func (d *ledgerDir) removeLogs(ids []uint64) (n int, bytes int64, err error) {
 	if err := d.idx.Flush(); err != nil {
 		err = fmt.Errorf("%w: index of %s: %w", ErrIO, d.path, err)
 		d.e.fail(err)
+		return 0, 0, err
+	}
+	if err := d.e.hook(stepLogsIndexFlushed); err != nil {
 		return 0, 0, err
 	}
 	// Every read that started before this point and may still use a location in these logs
@@ -235,6 +238,9 @@ func (d *ledgerDir) removeLogs(ids []uint64) (n int, bytes int64, err error) {
 		delete(d.gc.usage, id)
 		n++
 		bytes += size
+		if err := d.e.hook(stepLogRemoved); err != nil {
+			return n, bytes, errors.Join(append(errs, err)...)
+		}
 	}
 	return n, bytes, errors.Join(errs...)
 }
@@ -411,6 +417,7 @@ func (d *ledgerDir) commitChunk(ctx context.Context, g *gc, c *compactChunk) (in
 	}
 	locs := make([]uint64, len(entries))
 	var written int
+	fromLog := d.log.CurrentLogID()
 	for i, ce := range entries {
 		loc, err := d.log.Add(ce.ledger, ce.entry, c.buf[ce.offset:ce.offset+ce.size])
 		if err != nil {
@@ -423,6 +430,11 @@ func (d *ledgerDir) commitChunk(ctx context.Context, g *gc, c *compactChunk) (in
 	}
 	if err := e.hook(stepCompactCopied); err != nil {
 		return 0, err
+	}
+	if d.log.CurrentLogID() != fromLog {
+		if err := e.hook(stepEntryLogRolled); err != nil {
+			return 0, err
+		}
 	}
 	if err := d.log.Flush(); err != nil {
 		err = fmt.Errorf("%w: entry log of %s: %w", ErrIO, d.path, err)

@@ -333,6 +333,7 @@ func (d *ledgerDir) flush(marks []journal.Mark) (err error) {
 	}
 
 	var bytes int64
+	fromLog := d.log.CurrentLogID()
 	d.scratch = h.sorted(d.scratch[:0])
 	for _, s := range d.scratch {
 		data := h.memory(s.slot.offset, s.slot.length)
@@ -343,6 +344,14 @@ func (d *ledgerDir) flush(marks []journal.Mark) (err error) {
 		d.batch.PutLocation(s.key.ledger, s.key.entry, loc)
 		bytes += int64(len(data))
 		pace.wait(bytes, time.Now)
+	}
+	if err := d.e.hook(stepEntryLogWritten); err != nil {
+		return err
+	}
+	if d.log.CurrentLogID() != fromLog {
+		if err := d.e.hook(stepEntryLogRolled); err != nil {
+			return err
+		}
 	}
 	if err := d.log.Flush(); err != nil {
 		return d.flushFailed(h, fmt.Errorf("%w: entry log of %s: %w", ErrIO, d.path, err))

@@ -87,9 +87,32 @@ const (
 	stepCompactLogRemoved
 	// GC's refresh has committed the queued deletions and is about to list completed logs.
 	stepGCDeletesCommitted
+	// A checkpoint's flush (or replay's) has added the sealed half to the entry log (full
+	// buffers submitted, nothing synced); the entry log's flush comes next.
+	stepEntryLogWritten
+	// The entry log rolled during a flush or a compaction chunk: the previous log is sealed
+	// (its ledgers map appended, not waited for) and finalized only by the Flush that follows.
+	stepEntryLogRolled
+	// removeLogs has flushed pebble's memtable (the deletions and relocations that leave the
+	// logs unreferenced are in its tables) and is about to remove the logs.
+	stepLogsIndexFlushed
+	// removeLogs has removed one log (the directory synced); more may follow.
+	stepLogRemoved
+	// commitDeletes has committed a batch of ledger deletions and tombstone removals (from
+	// garbage collection: its refresh, or before removing logs).
+	stepDeletesCommitted
 )
 
+// failpoint, set only by the kill tests' child process (kill_failpoint_test.go), is called at
+// every step, before checkpointHook, and also inside Open (replay's flushes, the checkpoint
+// after replay), where no engine's hook can be set yet. It kills the process and never
+// returns. Unset, it costs a load and a branch per step, never per add.
+var failpoint func(checkpointStep)
+
 func (e *Engine) hook(step checkpointStep) error {
+	if failpoint != nil {
+		failpoint(step)
+	}
 	h := e.checkpointHook.Load()
 	if h == nil || *h == nil {
 		return nil

@@ -18,6 +18,8 @@ type entryLog interface {
 	ReadAhead(loc uint64, maxBytes int, fn func(ledgerID, entryID int64, entry []byte, loc uint64) bool) error
 	// CompletedLogs lists the logs that are no longer written (ascending ids).
 	CompletedLogs() []uint64
+	// CurrentLogID is the id of the log being written (it changes when the log rolls).
+	CurrentLogID() uint64
 	// LedgersMap returns a log's ledgers with their bytes in it (from its map or a scan), and
 	// where a rebuilding scan found the end of the valid data (-1: the map was read; see
 	// entrylog.EntryLog.LedgersMapScanned).
