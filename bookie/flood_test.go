@@ -295,7 +295,7 @@ func isTimeout(err error) bool {
 
 func (f *flooder) readResponses(c *servertest.Client, done chan<- struct{}) {
 	defer close(done)
-	c.Timeout = -1
+	// RecvInto sets no deadline; the writer's Flush sets only the write deadline.
 	var buf []byte
 	var resp protocol.Response
 	for {
