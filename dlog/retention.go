@@ -11,7 +11,7 @@ import (
 // Truncate marks the records before d deletable: readers can no longer be opened before d,
 // and the segments whose records all lie before it are deleted with their ledgers (now, and
 // by later retention passes). The truncation point never moves back; d may not be past what
-// the writer has written (the next entry of the segment being written).
+// the writer has written (the start of the next entry of the segment being written).
 func (w *Writer) Truncate(ctx context.Context, d DLSN) error {
 	w.mu.Lock()
 	err, active, next := w.err, w.seg.meta.SeqNo, w.seg.nextEntry
@@ -19,8 +19,9 @@ func (w *Writer) Truncate(ctx context.Context, d DLSN) error {
 	if err != nil {
 		return err
 	}
-	if d.SegmentSeqNo > active || d.SegmentSeqNo == active && d.EntryID > next {
-		// Past the end: records written later would be hidden from readers, and purged.
+	if d.SegmentSeqNo > active || d.SegmentSeqNo == active && (d.EntryID > next || d.EntryID == next && d.SlotID > 0) {
+		// Past the end: records written later (in the next entry too, from its slot 0) would be
+		// hidden from readers, and purged.
 		return fmt.Errorf("%w: log %s: truncate at %s, the writer is at %d/%d", ErrTruncateBeyondEnd, w.log.name, d.Text(), active, next)
 	}
 	w.metaMu.Lock()
