@@ -442,20 +442,26 @@ func (r *Reader) decode(c *readSegment, e client.Entry) error {
 		return fmt.Errorf("%w: log %s: segment %d, entry %d follows %d records, the reader saw %d", ErrCorrupt,
 			r.log.name, c.meta.SeqNo, e.EntryID, h.recordsBefore, c.records)
 	}
-	c.records = h.recordsBefore + int64(h.count)
-	c.next = e.EntryID + 1
+	// The entry is taken whole or not at all: on an error the reader stays before it (its
+	// records decoded so far are dropped), so that the next read fails on it again.
+	n, bufBytes, lastTxID := len(r.buf), r.bufBytes, r.lastTxID
 	for i, rec := range recs {
 		d := DLSN{SegmentSeqNo: c.meta.SeqNo, EntryID: e.EntryID, SlotID: int64(i)}
 		if d.Less(r.pos) || rec.txID < r.minTxID {
 			continue
 		}
 		if rec.txID <= r.lastTxID {
-			return fmt.Errorf("%w: log %s: record at %s has transaction id %d, after %d", ErrCorrupt, r.log.name, d.Text(), rec.txID, r.lastTxID)
+			err := fmt.Errorf("%w: log %s: record at %s has transaction id %d, after %d", ErrCorrupt, r.log.name, d.Text(), rec.txID, r.lastTxID)
+			clear(r.buf[n:])
+			r.buf, r.bufBytes, r.lastTxID = r.buf[:n], bufBytes, lastTxID
+			return err
 		}
 		r.lastTxID = rec.txID
 		r.buf = append(r.buf, Record{TxID: rec.txID, Payload: rec.payload, DLSN: d})
 		r.bufBytes += len(rec.payload)
 	}
+	c.records = h.recordsBefore + int64(h.count)
+	c.next = e.EntryID + 1
 	r.pos = DLSN{SegmentSeqNo: c.meta.SeqNo, EntryID: e.EntryID + 1}
 	return nil
 }
