@@ -3,6 +3,7 @@ package dlog
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -211,4 +212,67 @@ func TestTailingReaderFollowsFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	w1.Close(ctx)
+}
+
+// TestRecordsCompleteInOrderWhenTheWriterFails: records complete in the order they were
+// written, also when the writer fails with an entry in flight: the records it had not sent
+// fail only after the in-flight entry's records have completed (here the first in-flight
+// record's callback waits a while for a later record's, which must not come).
+func TestRecordsCompleteInOrderWhenTheWriterFails(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	cfg := testConfig()
+	cfg.PeriodicFlushFrequency = time.Hour // a record written while one is in flight waits
+	cfg.OutputBufferSize = 64 << 10
+	ns := newNamespace(t, newClient(t, c), cfg)
+	ctx := ctxFor(t, 30*time.Second)
+	_, w := createWriting(t, ctx, ns, "order")
+	defer w.Close(ctx)
+	entered, release := make(chan struct{}), make(chan struct{})
+	// Record 1's callback holds the client's delivery of later acknowledgements.
+	w.WriteAsync(ctx, Record{TxID: 1, Payload: payloadFor(1, 10)}, func(_ DLSN, err error) {
+		close(entered)
+		<-release
+	})
+	<-entered
+	var mu sync.Mutex
+	var order []int64
+	third := make(chan struct{})
+	w.WriteAsync(ctx, Record{TxID: 2, Payload: payloadFor(2, 10)}, func(_ DLSN, err error) {
+		select {
+		case <-third: // the later record completed first
+		case <-time.After(time.Second):
+		}
+		mu.Lock()
+		order = append(order, 2)
+		mu.Unlock()
+	})
+	// Record 2 is sent (nothing else carries records); wait until it is in flight.
+	for {
+		w.mu.Lock()
+		sent := w.dataInFlight == 1 && w.open == nil
+		w.mu.Unlock()
+		if sent {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	w.WriteAsync(ctx, Record{TxID: 3, Payload: payloadFor(3, 10)}, func(_ DLSN, err error) {
+		if err == nil {
+			t.Error("record 3 acknowledged after the writer failed")
+		}
+		mu.Lock()
+		order = append(order, 3)
+		mu.Unlock()
+		close(third)
+	})
+	errStop := errors.New("test: the writer stops")
+	w.fail(errStop) // as a lost lock does, with record 2 in flight and record 3 not sent
+	close(release)
+	<-third
+	w.Close(ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(order) != 2 || order[0] != 2 {
+		t.Fatalf("records completed in the order %v, want [2 3]", order)
+	}
 }

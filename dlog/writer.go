@@ -92,6 +92,10 @@ type Writer struct {
 	// them until a later entry carries the last-add-confirmed.
 	inflight, dataInFlight int
 	lastSentData           bool
+	// delivering counts completed entries whose records' callbacks are still running (set
+	// under mu, decremented without it): once the writer has failed, the owner fails the
+	// records it has not sent only after those have run, so records complete in order.
+	delivering atomic.Int32
 	// retryAt holds sends back after the client refused one for too many adds in flight.
 	retryAt time.Time
 	// visible: entries up to it are confirmed to readers; lastDataAcked is the newest
@@ -453,7 +457,7 @@ func (w *Writer) run() {
 // nextLocked decides the owner's next action.
 func (w *Writer) nextLocked(now time.Time) action {
 	if w.err != nil {
-		if w.inflight > 0 {
+		if w.inflight > 0 || w.delivering.Load() > 0 {
 			return action{kind: actWait}
 		}
 		// Everything sent has completed: fail the rest, in order, and stop.
@@ -617,6 +621,7 @@ func (b *batch) onComplete(entryID int64, err error) {
 			w.lastDataAcked = position{b.seq, b.entryID}
 		}
 	}
+	w.delivering.Add(1)
 	w.cond.Broadcast()
 	w.mu.Unlock()
 	w.kickOwner()
@@ -628,6 +633,9 @@ func (b *batch) onComplete(entryID int64, err error) {
 		}
 	}
 	w.recycle(b)
+	if w.delivering.Add(-1) == 0 {
+		w.kickOwner() // it may be waiting to fail the records after these
+	}
 }
 
 // errOrNil returns the writer's sticky error (tests).
