@@ -69,6 +69,9 @@ type Reader struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	watch  <-chan struct{}
+	// created is when the log was created: a log deleted and created again under the reader
+	// is another log.
+	created time.Time
 	// dirty: the log's segments may have changed since they were last read.
 	dirty bool
 	// pos is the next position to read; loose lets the first segment found be later than
@@ -120,6 +123,7 @@ func (r *Reader) position(ctx context.Context, from Position) error {
 	if err != nil {
 		return fmt.Errorf("dlog: log %s: watch segments: %w", r.log.name, err)
 	}
+	r.created = meta.created
 	trunc := meta.truncation
 	switch from.kind {
 	case posHead:
@@ -261,6 +265,10 @@ func (r *Reader) step(ctx context.Context) error {
 		if !ok {
 			return errWait
 		}
+		// The segment was read first: if it is another log's, so is the log's value now.
+		if err := r.checkLog(ctx); err != nil {
+			return err
+		}
 		lh, err := r.log.ns.cl.OpenLedger(ctx, s.LedgerID, r.cfg.Password, false)
 		if err != nil {
 			return r.ledgerErr(s, err)
@@ -339,6 +347,9 @@ func (r *Reader) findSegment(ctx context.Context) (Segment, bool, error) {
 	if err != nil {
 		return Segment{}, false, err
 	}
+	if err := r.sameLog(meta); err != nil {
+		return Segment{}, false, err
+	}
 	if r.pos.Less(meta.truncation) {
 		return Segment{}, false, fmt.Errorf("%w: log %s: the reader is at %s, the truncation point is %s", ErrTruncated,
 			r.log.name, r.pos.Text(), meta.truncation.Text())
@@ -366,12 +377,32 @@ func (r *Reader) refresh(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("%w: log %s: segment %d was deleted under the reader", ErrTruncated, r.log.name, c.meta.SeqNo)
 	}
+	if s.LedgerID != c.meta.LedgerID {
+		return fmt.Errorf("%w: log %s: segment %d's ledger is now %d, was %d: the log was deleted and created again", ErrNoSuchLog,
+			r.log.name, s.SeqNo, s.LedgerID, c.meta.LedgerID)
+	}
 	c.refreshed = time.Now()
 	if s.State == InProgress {
 		return nil
 	}
 	c.meta = s
 	return r.reopen(ctx)
+}
+
+// checkLog checks that the log is the one the reader opened.
+func (r *Reader) checkLog(ctx context.Context) error {
+	meta, _, err := r.log.readMeta(ctx)
+	if err != nil {
+		return err
+	}
+	return r.sameLog(meta)
+}
+
+func (r *Reader) sameLog(meta logMeta) error {
+	if !meta.created.Equal(r.created) {
+		return fmt.Errorf("%w: log %s was deleted and created again under the reader", ErrNoSuchLog, r.log.name)
+	}
+	return nil
 }
 
 // reopen opens the current segment's ledger again, with fresh metadata.

@@ -276,3 +276,54 @@ func TestRecordsCompleteInOrderWhenTheWriterFails(t *testing.T) {
 		t.Fatalf("records completed in the order %v, want [2 3]", order)
 	}
 }
+
+// TestReaderOfADeletedLogDoesNotReadItsSuccessor: a reader of a log that is deleted and
+// created again under the same name fails; it must not go on into the new log's segments (here
+// it would skip the new log's first segment and return the second's records as the old log's).
+func TestReaderOfADeletedLogDoesNotReadItsSuccessor(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	ns := newNamespace(t, newClient(t, c), testConfig())
+	ctx := ctxFor(t, 30*time.Second)
+	writeAndClose := func(l *Log, txIDs ...int64) {
+		t.Helper()
+		w, err := l.OpenWriter(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tx := range txIDs {
+			if _, err := w.Write(ctx, Record{TxID: tx, Payload: payloadFor(tx, 10)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := ns.CreateLog(ctx, "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeAndClose(l, 1, 2, 3)
+	r, err := l.OpenReader(ctx, Head())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	readN(t, ctx, r, 3, 10, nil)
+	if err := ns.DeleteLog(ctx, "again"); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := ns.CreateLog(ctx, "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeAndClose(l2, 4, 5) // segment 1
+	writeAndClose(l2, 6, 7) // segment 2
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if rec, err := r.Next(short); err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the deleted log's reader: tx %d at %s, %v; want an error", rec.TxID, rec.DLSN.Text(), err)
+	} else {
+		t.Logf("the deleted log's reader: %v", err)
+	}
+}
