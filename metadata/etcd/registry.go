@@ -193,10 +193,13 @@ func (w *bookieWatch) watch(ctx context.Context, rev int64) {
 		}
 		for _, ev := range wresp.Events {
 			key := string(ev.Kv.Key)
-			if ev.Type == clientv3.EventTypeDelete {
-				delete(w.set, key)
-			} else if b, ok := w.r.decode(ev.Kv); ok {
-				w.set[key] = b
+			delete(w.set, key)
+			// A key overwritten with a value it cannot read stays out, as
+			// List leaves it out.
+			if ev.Type != clientv3.EventTypeDelete {
+				if b, ok := w.r.decode(ev.Kv); ok {
+					w.set[key] = b
+				}
 			}
 		}
 		if len(wresp.Events) > 0 {

@@ -307,3 +307,61 @@ func TestCookies(t *testing.T) {
 		t.Fatalf("bad id: %v", err)
 	}
 }
+
+// TestWatchBookiesDropsUnreadableRegistration: a registration whose value
+// becomes unreadable (a newer value format, a corrupt write) is left out of
+// the watched set, as List leaves it out, instead of the watch going on
+// reporting the bookie with the info it had before (stale endpoints and
+// state).
+func TestWatchBookiesDropsUnreadableRegistration(t *testing.T) {
+	t.Parallel()
+	uri := metadatatest.URI(t)
+	ctx := ctxFor(t, 20*time.Second)
+	d, watcher := open(t, uri), open(t, uri)
+	ch, err := watcher.Bookies().Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// until reads sets until cond holds for one and returns it.
+	until := func(what string, cond func([]string) bool) []string {
+		t.Helper()
+		for {
+			select {
+			case set, ok := <-ch:
+				if !ok {
+					t.Fatal("watch closed")
+				}
+				if got := ids(set); cond(got) {
+					return got
+				}
+			case <-ctx.Done():
+				t.Fatalf("never saw %s", what)
+			}
+		}
+	}
+	r, err := d.Bookies().Register(ctx, bookie("x:1", metadata.BookieWritable), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	until("x:1 registered", func(s []string) bool { return slices.Equal(s, []string{"x:1/writable"}) })
+
+	// The value is overwritten with one this build cannot read (format "v":2).
+	key := etcd.BookieKey(d, metadata.BookieWritable, "x:1")
+	if _, err := etcd.RawClient(d).Put(ctx, key, `{"v":2}`); err != nil {
+		t.Fatal(err)
+	}
+	if got := listed(t, watcher, metadata.ListAll); len(got) != 0 {
+		t.Fatalf("List after the unreadable write: %v, want none", got)
+	}
+	// A later change shows what the watch makes of the registry now.
+	r2, err := d.Bookies().Register(ctx, bookie("y:1", metadata.BookieWritable), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close(ctx)
+	got := until("y:1 registered", func(s []string) bool { return slices.Contains(s, "y:1/writable") })
+	if want := listed(t, watcher, metadata.ListAll); !slices.Equal(got, want) {
+		t.Fatalf("watched set %v, but List says %v: the watch kept a registration it cannot read", got, want)
+	}
+}
