@@ -124,3 +124,87 @@ func TestPaging100k(t *testing.T) {
 		t.Fatalf("past the end %v %v %v", ids, more, err)
 	}
 }
+
+// TestForEachLedgerWhileLedgersChange: ledgers created and deleted while
+// ForEachLedger pages through the store neither make it skip a ledger that
+// exists throughout, nor visit one twice: it visits every ledger that
+// outlives the listing once, in increasing id order, also those created
+// ahead of it, and none deleted before it got there.
+func TestForEachLedgerWhileLedgersChange(t *testing.T) {
+	t.Parallel()
+	d := open(t, metadatatest.URI(t))
+	ls := d.Ledgers()
+	ctx := ctxFor(t, 20*time.Second)
+	versions := map[int64]metadata.Version{}
+	create := func(id int64) {
+		t.Helper()
+		v, err := ls.Create(ctx, id, metadatatest.Ledger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		versions[id] = v
+	}
+	const n = 60 // even ids 0..2n-2 exist at the start
+	for id := int64(0); id < 2*n; id += 2 {
+		create(id)
+	}
+	deleted := map[int64]bool{}
+	var visited []int64
+	err := metadata.ForEachLedger(ctx, ls, 3, func(l metadata.VersionedLedger) error {
+		if len(visited) > 0 && l.ID <= visited[len(visited)-1] {
+			return fmt.Errorf("visited %d after %d", l.ID, visited[len(visited)-1])
+		}
+		visited = append(visited, l.ID)
+		if l.Version != versions[l.ID] {
+			return fmt.Errorf("ledger %d at version %d, want %d", l.ID, l.Version, versions[l.ID])
+		}
+		if l.ID >= 2*n {
+			return nil // one created ahead
+		}
+		// Behind the listing: a new ledger with an odd id (another client's
+		// id batch), and the deletion of one already visited.
+		if l.ID > 0 {
+			create(l.ID - 1)
+		}
+		if l.ID >= 4 && !deleted[l.ID-4] {
+			if err := ls.Delete(ctx, l.ID-4, versions[l.ID-4]); err != nil {
+				return err
+			}
+			deleted[l.ID-4] = true
+		}
+		// Ahead of it, beyond the page it holds (3 ids span 6): a deletion
+		// and a creation.
+		if ahead := l.ID + 10; ahead < 2*n && ahead%4 == 2 && !deleted[ahead] {
+			if err := ls.Delete(ctx, ahead, versions[ahead]); err != nil {
+				return err
+			}
+			deleted[ahead] = true
+		}
+		create(1000 + l.ID)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int64]bool{}
+	for _, id := range visited {
+		seen[id] = true
+	}
+	for id := int64(0); id < 2*n; id += 2 {
+		aheadDeleted := id >= 10 && id%4 == 2 // deleted by the visit of id-10
+		switch {
+		case aheadDeleted && seen[id]:
+			t.Errorf("ledger %d, deleted before the listing got there, was visited", id)
+		case !aheadDeleted && !seen[id]:
+			t.Errorf("ledger %d, which existed when the listing got there, was skipped", id)
+		}
+		if !aheadDeleted && !seen[1000+id] {
+			t.Errorf("ledger %d, created ahead of the listing, was skipped", 1000+id)
+		}
+	}
+	for _, id := range visited {
+		if id%2 == 1 && id < 2*n {
+			t.Errorf("ledger %d, created behind the listing, was visited", id)
+		}
+	}
+}
