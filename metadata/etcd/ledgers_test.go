@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -277,5 +278,74 @@ func TestWatchLedger(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("channel not closed after cancel")
+	}
+}
+
+// raceStore is a LedgerStore whose first Update first runs race, another
+// writer's update that lands between UpdateLedger's read and its write.
+type raceStore struct {
+	metadata.LedgerStore
+	race func()
+}
+
+func (s *raceStore) Update(ctx context.Context, id int64, md *metadata.LedgerMetadata, expected metadata.Version) (metadata.Version, error) {
+	if race := s.race; race != nil {
+		s.race = nil
+		race()
+	}
+	return s.LedgerStore.Update(ctx, id, md, expected)
+}
+
+// TestUpdateLedgerRacingCloses: two recoverers close the same ledger at
+// different ends, the second one's write racing the first. Exactly one close
+// lands; the loser's mutate runs again on the winner's metadata (never its
+// first result written over it), sees the ledger closed, and UpdateLedger
+// hands it the winner's metadata and version, so that both agree on the end.
+func TestUpdateLedgerRacingCloses(t *testing.T) {
+	t.Parallel()
+	uri := metadatatest.URI(t)
+	a, b := open(t, uri), open(t, uri)
+	ctx := ctxFor(t, 20*time.Second)
+	if _, err := a.Ledgers().Create(ctx, 9, metadatatest.Ledger()); err != nil {
+		t.Fatal(err)
+	}
+	// closeAt is the recoverers' mutate: close at last, unless already closed.
+	closeAt := func(last int64, seen *[]metadata.LedgerState) func(*metadata.LedgerMetadata) error {
+		return func(m *metadata.LedgerMetadata) error {
+			*seen = append(*seen, m.State)
+			if m.State == metadata.StateClosed {
+				return metadata.ErrUnchanged
+			}
+			m.State, m.LastEntryID, m.Length = metadata.StateClosed, last, 100*(last+1)
+			return nil
+		}
+	}
+	var seenA, seenB []metadata.LedgerState
+	var mdB *metadata.LedgerMetadata
+	var vB metadata.Version
+	store := &raceStore{LedgerStore: a.Ledgers(), race: func() {
+		var err error
+		if mdB, vB, err = metadata.UpdateLedger(ctx, b.Ledgers(), 9, closeAt(7, &seenB)); err != nil {
+			t.Error(err)
+		}
+	}}
+	mdA, vA, err := metadata.UpdateLedger(ctx, store, 9, closeAt(5, &seenA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mdB == nil || mdB.LastEntryID != 7 {
+		t.Fatalf("the racing close did not land: %+v", mdB)
+	}
+	if mdA.State != metadata.StateClosed || mdA.LastEntryID != 7 || mdA.Length != 800 || vA != vB {
+		t.Fatalf("the loser got last entry %d, length %d, version %d; the winner closed at 7, length 800, version %d",
+			mdA.LastEntryID, mdA.Length, vA, vB)
+	}
+	want := []metadata.LedgerState{metadata.StateOpen, metadata.StateClosed}
+	if !slices.Equal(seenA, want) {
+		t.Fatalf("the loser's mutate saw states %v, want %v (once on its read, once on the winner's metadata)", seenA, want)
+	}
+	stored, v, err := a.Ledgers().Read(ctx, 9)
+	if err != nil || v != vB || stored.LastEntryID != 7 || stored.Length != 800 {
+		t.Fatalf("stored %+v at version %d (%v), want the winner's close at version %d", stored, v, err, vB)
 	}
 }
