@@ -1,11 +1,15 @@
 package etcd_test
 
 import (
+	"errors"
+	"math"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/metadata"
+	"github.com/ringkeeper/ringkeeper/metadata/etcd"
 	"github.com/ringkeeper/ringkeeper/metadata/metadatatest"
 )
 
@@ -96,5 +100,44 @@ func TestLedgerIDsNeverReused(t *testing.T) {
 	got, _, err := metadata.CreateLedger(ctx, b, metadatatest.Ledger())
 	if err != nil || got != id+2 {
 		t.Fatalf("CreateLedger got %d (%v), want %d", got, err, id+2)
+	}
+}
+
+// TestLedgerIDCounterNeverRestarts: a counter that does not parse fails
+// NewLedgerID with ErrCorruptMetadata and is left alone (starting again from
+// 0 would hand out ids already used), and a counter at the end of the id
+// space hands out the last ids and then fails with ErrLedgerIDsExhausted.
+func TestLedgerIDCounterNeverRestarts(t *testing.T) {
+	t.Parallel()
+	uri := metadatatest.URI(t)
+	u, err := metadata.ParseURI(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t, 20*time.Second)
+	key := u.Root + "/idgen"
+	cli := etcd.RawClient(open(t, uri))
+	for _, bad := range []string{"garbage", "-5", "", "99999999999999999999"} {
+		if _, err := cli.Put(ctx, key, bad); err != nil {
+			t.Fatal(err)
+		}
+		if id, err := open(t, uri).NewLedgerID(ctx); !errors.Is(err, metadata.ErrCorruptMetadata) {
+			t.Fatalf("counter %q: got id %d, err %v; want ErrCorruptMetadata", bad, id, err)
+		}
+		if resp, err := cli.Get(ctx, key); err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != bad {
+			t.Fatalf("counter %q was changed: %v %v", bad, resp, err)
+		}
+	}
+	if _, err := cli.Put(ctx, key, strconv.FormatInt(math.MaxInt64-2, 10)); err != nil {
+		t.Fatal(err)
+	}
+	d := open(t, uri)
+	for _, want := range []int64{math.MaxInt64 - 2, math.MaxInt64 - 1} {
+		if id, err := d.NewLedgerID(ctx); err != nil || id != want {
+			t.Fatalf("got id %d (%v), want %d", id, err, want)
+		}
+	}
+	if id, err := d.NewLedgerID(ctx); !errors.Is(err, metadata.ErrLedgerIDsExhausted) {
+		t.Fatalf("past the last id: got %d, %v; want ErrLedgerIDsExhausted", id, err)
 	}
 }
