@@ -189,7 +189,11 @@ func (o *owner) roll() bool {
 // journal fails and g's records fail with it.
 func (o *owner) commit(g *group, forceSync bool) bool {
 	j := o.j
-	if !j.cfg.SyncData && (forceSync || monotime.Now()-o.lastSync >= int64(j.cfg.PageCacheFlushInterval)) {
+	// One clock read decides both whether this group is synced and whether to drain first:
+	// with two, a flush interval ending between them made a synced group that had not waited.
+	now := monotime.Now()
+	g.synced = forceSync || j.cfg.SyncData || now-o.lastSync >= int64(j.cfg.PageCacheFlushInterval)
+	if g.synced && !j.cfg.SyncData {
 		// This group ends with an fdatasync, which covers only writes that completed before
 		// it: the unsynced groups still in flight finish first, or the mark would pass them.
 		for o.inFlight > 0 {
@@ -200,9 +204,7 @@ func (o *owner) commit(g *group, forceSync bool) bool {
 	if m := j.LastLogMark(); m.FileID == o.file.id {
 		claim = m.Offset
 	}
-	now := monotime.Now()
 	g.seq, g.err = o.seq, nil
-	g.synced = forceSync || j.cfg.SyncData || now-o.lastSync >= int64(j.cfg.PageCacheFlushInterval)
 	end := int(diskio.AlignUp(int64(g.used+recordHeaderSize), j.cfg.Alignment))
 	trailer := g.buf[g.used:end]
 	pad := trailer[recordHeaderSize:]
