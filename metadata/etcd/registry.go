@@ -438,17 +438,17 @@ func (g *registration) Update(ctx context.Context, info metadata.BookieInfo) err
 	if info.ID != g.id {
 		return fmt.Errorf("%w: registration of %s cannot take id %s", metadata.ErrInvalidBookieInfo, g.id, info.ID)
 	}
+	// The new info is the one to register from now on, even if this write fails: a
+	// registration made again after a lost lease must not file the bookie under an older
+	// state (a read-only bookie as writable) until its owner's next Update.
+	g.info = info.Clone()
 	err := g.claim(ctx, g.lease, info)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		// The lease is gone; run is about to register again and will use
 		// the new info.
 		err = nil
 	}
-	if err != nil {
-		return err
-	}
-	g.info = info.Clone()
-	return nil
+	return err
 }
 
 // Close implements metadata.Registration. A Close that failed (its context ended, the service

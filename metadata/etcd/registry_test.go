@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/ringkeeper/ringkeeper/metadata"
 	"github.com/ringkeeper/ringkeeper/metadata/etcd"
 	"github.com/ringkeeper/ringkeeper/metadata/metadatatest"
@@ -363,5 +365,48 @@ func TestWatchBookiesDropsUnreadableRegistration(t *testing.T) {
 	got := until("y:1 registered", func(s []string) bool { return slices.Contains(s, "y:1/writable") })
 	if want := listed(t, watcher, metadata.ListAll); !slices.Equal(got, want) {
 		t.Fatalf("watched set %v, but List says %v: the watch kept a registration it cannot read", got, want)
+	}
+}
+
+// TestReRegistrationUsesTheLastRequestedInfo: an Update that fails (here: another lease holds
+// the read-only key) still decides what a registration made again after a lost lease files:
+// the bookie asked to be read-only, so it comes back read-only, not writable.
+func TestReRegistrationUsesTheLastRequestedInfo(t *testing.T) {
+	t.Parallel()
+	uri := metadatatest.URI(t)
+	ctx := ctxFor(t, 20*time.Second)
+	d := open(t, uri)
+	r, err := d.Bookies().Register(ctx, bookie("moves:1", metadata.BookieWritable), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := etcd.RawClient(d)
+	foreign, err := raw.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Put(ctx, etcd.BookieKey(d, metadata.BookieReadOnly, "moves:1"), "held", clientv3.WithLease(foreign.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Update(ctx, bookie("moves:1", metadata.BookieReadOnly)); !errors.Is(err, metadata.ErrBookieExists) {
+		t.Fatalf("move to read-only while another lease holds its key: %v, want ErrBookieExists", err)
+	}
+	if _, err := raw.Revoke(ctx, foreign.ID); err != nil {
+		t.Fatal(err)
+	}
+	lease := etcd.LeaseOf(r)
+	if _, err := raw.Revoke(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "re-registration", func() bool {
+		l := etcd.LeaseOf(r)
+		bs, err := d.Bookies().List(ctx, metadata.ListAll)
+		return err == nil && l != lease && l != 0 && len(bs) == 1
+	})
+	if got := listed(t, d, metadata.ListAll); !slices.Equal(got, []string{"moves:1/readonly"}) {
+		t.Fatalf("registered again as %v, want moves:1/readonly, the state last asked for", got)
+	}
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
