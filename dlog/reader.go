@@ -236,7 +236,7 @@ func (r *Reader) fill(ctx context.Context) error {
 		retries++
 		r.log.ns.cfg.Logger.Debug("dlog: read failed; retrying", "log", r.log.name, "at", r.pos.Text(), "err", err)
 		if r.cur != nil {
-			if err := r.reopen(ctx); err != nil && !retryable(err) {
+			if err := r.reopen(ctx, r.cur.meta); err != nil && !retryable(err) {
 				return err
 			}
 		}
@@ -273,6 +273,11 @@ func (r *Reader) step(ctx context.Context) error {
 		if err != nil {
 			return r.ledgerErr(s, err)
 		}
+		// Checked before the reader takes the segment, so that a mismatch fails every later
+		// step too instead of being read past.
+		if err := r.checkLedger(s, lh); err != nil {
+			return err
+		}
 		r.cur = &readSegment{meta: s, lh: lh, lac: -1, records: -1, refreshed: time.Now()}
 		if s.SeqNo == r.pos.SegmentSeqNo {
 			r.cur.next = r.pos.EntryID
@@ -280,9 +285,6 @@ func (r *Reader) step(ctx context.Context) error {
 			r.pos = DLSN{SegmentSeqNo: s.SeqNo}
 		}
 		r.loose = false
-		if err := r.checkLedger(); err != nil {
-			return err
-		}
 	}
 	c := r.cur
 	last := c.meta.LastEntryID
@@ -385,8 +387,7 @@ func (r *Reader) refresh(ctx context.Context) error {
 	if s.State == InProgress {
 		return nil
 	}
-	c.meta = s
-	return r.reopen(ctx)
+	return r.reopen(ctx, s)
 }
 
 // checkLog checks that the log is the one the reader opened.
@@ -405,28 +406,32 @@ func (r *Reader) sameLog(meta logMeta) error {
 	return nil
 }
 
-// reopen opens the current segment's ledger again, with fresh metadata.
-func (r *Reader) reopen(ctx context.Context) error {
-	c := r.cur
-	lh, err := r.log.ns.cl.OpenLedger(ctx, c.meta.LedgerID, r.cfg.Password, false)
+// reopen opens the current segment's ledger again, with fresh metadata, as segment meta. A
+// completed segment whose ledger ends elsewhere is ErrCorrupt, and the reader keeps its
+// segment as it was, so that the next step checks again.
+func (r *Reader) reopen(ctx context.Context, meta Segment) error {
+	lh, err := r.log.ns.cl.OpenLedger(ctx, meta.LedgerID, r.cfg.Password, false)
 	if err != nil {
-		return r.ledgerErr(c.meta, err)
+		return r.ledgerErr(meta, err)
 	}
-	c.lh = lh
+	if err := r.checkLedger(meta, lh); err != nil {
+		return err
+	}
+	c := r.cur
+	c.meta, c.lh = meta, lh
 	// A fresh handle of an open ledger knows no last-add-confirmed yet: step reads it again.
 	c.lac = lh.LastAddConfirmed()
-	return r.checkLedger()
+	return nil
 }
 
-// checkLedger checks that a completed segment's ledger is closed where the segment says.
-func (r *Reader) checkLedger() error {
-	c := r.cur
-	if c.meta.State != Completed {
+// checkLedger checks that a completed segment's ledger (lh) is closed where the segment says.
+func (r *Reader) checkLedger(s Segment, lh *client.Ledger) error {
+	if s.State != Completed {
 		return nil
 	}
-	if md := c.lh.Metadata(); md.LastEntryID != c.meta.LastEntryID {
+	if md := lh.Metadata(); md.LastEntryID != s.LastEntryID {
 		return fmt.Errorf("%w: log %s: completed segment %d ends at entry %d, its ledger %d (%v) at %d", ErrCorrupt,
-			r.log.name, c.meta.SeqNo, c.meta.LastEntryID, c.meta.LedgerID, md.State, md.LastEntryID)
+			r.log.name, s.SeqNo, s.LastEntryID, s.LedgerID, md.State, md.LastEntryID)
 	}
 	return nil
 }

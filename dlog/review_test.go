@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
+	"github.com/ringkeeper/ringkeeper/metadata"
 )
 
 // TestTruncateInsideTheWritersNextEntry: a truncation point at a slot past 0 of the entry the
@@ -325,5 +326,48 @@ func TestReaderOfADeletedLogDoesNotReadItsSuccessor(t *testing.T) {
 		t.Fatalf("the deleted log's reader: tx %d at %s, %v; want an error", rec.TxID, rec.DLSN.Text(), err)
 	} else {
 		t.Logf("the deleted log's reader: %v", err)
+	}
+}
+
+// TestSegmentLedgerMismatchStaysAnError: a completed segment whose ledger ends elsewhere than
+// the segment says is ErrCorrupt at every Next, not only the first: the reader used to take
+// the segment before checking it and read on past the mismatch at the next call.
+func TestSegmentLedgerMismatchStaysAnError(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	cl := newClient(t, c)
+	ns := newNamespace(t, cl, testConfig())
+	ctx := ctxFor(t, 30*time.Second)
+	l, w := createWriting(t, ctx, ns, "mismatch")
+	for tx := int64(1); tx <= 20; tx++ {
+		if _, err := w.Write(ctx, Record{TxID: tx, Payload: payloadFor(tx, 10)}); err != nil {
+			t.Fatal(err)
+		}
+		if tx%5 == 0 {
+			if err := w.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	segs, err := l.Segments(ctx)
+	if err != nil || len(segs) != 1 || segs[0].State != Completed || segs[0].LastEntryID < 1 {
+		t.Fatalf("segments %+v, %v: want one completed segment of several entries", segs, err)
+	}
+	s := segs[0]
+	s.LastEntryID-- // the segment now ends one entry before its ledger
+	if _, err := ns.kv.Commit(ctx, nil, metadata.Put(segmentKey(l.name, s.SeqNo), encodeSegment(&s), s.version)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.OpenReader(ctx, Head())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for i := range 3 {
+		if rec, err := r.Next(ctx); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("Next %d on a segment that ends before its ledger: tx %d, %v; want ErrCorrupt", i+1, rec.TxID, err)
+		}
 	}
 }
