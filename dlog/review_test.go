@@ -3,6 +3,7 @@ package dlog
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -369,5 +370,38 @@ func TestSegmentLedgerMismatchStaysAnError(t *testing.T) {
 		if rec, err := r.Next(ctx); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("Next %d on a segment that ends before its ledger: tx %d, %v; want ErrCorrupt", i+1, rec.TxID, err)
 		}
+	}
+}
+
+// TestConcurrentCloseWaitsForTheFirst: a Close while another runs returns only once the first
+// has finished (the segment completed), with its result; it used to return nil at once.
+func TestConcurrentCloseWaitsForTheFirst(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	cl := newClient(t, c)
+	ns := newNamespace(t, cl, testConfig())
+	ctx := ctxFor(t, 30*time.Second)
+	l, w := createWriting(t, ctx, ns, "closes")
+	for tx := int64(1); tx <= 50; tx++ {
+		if _, err := w.Write(ctx, Record{TxID: tx, Payload: payloadFor(tx, 100)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := make(chan error, 1)
+	go func() { first <- w.Close(ctx) }()
+	for closing := false; !closing; {
+		w.mu.Lock()
+		closing = w.closed
+		w.mu.Unlock()
+		runtime.Gosched()
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	segs, err := l.Segments(ctx)
+	if err != nil || len(segs) != 1 || segs[0].State != Completed {
+		t.Fatalf("after the second Close returned: segments %+v, %v; want the segment completed", segs, err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("first Close: %v", err)
 	}
 }

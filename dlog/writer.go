@@ -72,6 +72,9 @@ type Writer struct {
 	err     error
 	closing bool
 	closed  bool
+	// closeDone is closed when the first Close has finished, with closeErr its result.
+	closeDone chan struct{}
+	closeErr  error
 	// bgClosed: Close is waiting for bg; no retention pass may start.
 	bgClosed bool
 	// flushReq asks the owner to send the open batch without waiting.
@@ -166,6 +169,7 @@ func (w *Writer) init() {
 	w.cond = sync.NewCond(&w.mu)
 	w.kick = make(chan struct{}, 1)
 	w.done = make(chan struct{})
+	w.closeDone = make(chan struct{})
 	w.batches.New = func() any {
 		b := &batch{w: w, buf: make([]byte, 0, envelopeHeaderSize+w.cfg.OutputBufferSize+256)}
 		b.complete = b.onComplete
@@ -316,15 +320,28 @@ func (w *Writer) Flush(ctx context.Context) error {
 
 // Close sends and waits for the records written so far, completes the segment (closing its
 // ledger), and releases the log. It returns the error that stopped the writer, if one did.
-// If ctx ends first, the writer is abandoned: the next writer recovers its segment.
+// If ctx ends first, the writer is abandoned: the next writer recovers its segment. A Close
+// while another runs waits for it (until ctx ends) and returns its result; so do later ones.
 func (w *Writer) Close(ctx context.Context) error {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
-		return nil
+		select {
+		case <-w.closeDone:
+			return w.closeErr
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	w.closed, w.closing = true, true
 	w.mu.Unlock()
+	err := w.close(ctx)
+	w.closeErr = err
+	close(w.closeDone)
+	return err
+}
+
+func (w *Writer) close(ctx context.Context) error {
 	w.kickOwner()
 	var err error
 	select {
