@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -248,6 +249,87 @@ func TestSegmentCommitThatAppliedKeepsItsLedger(t *testing.T) {
 		t.Fatalf("OpenWriter with the segment commit's answer lost: %v", err)
 	}
 	w, err := l.OpenWriter(ctx) // recovers the segment the first one started
+	if err != nil {
+		t.Fatalf("the next writer: %v", err)
+	}
+	if _, err := w.Write(ctx, Record{TxID: 1, Payload: payloadFor(1, 10)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lateAppliedKV reports the next commit that creates a segment key failed without applying it,
+// and applies it right after the writer's next Get or Commit, as a request that reached etcd
+// after its answer was given up on does (its own version checks still apply).
+type lateAppliedKV struct {
+	metadata.KV
+	armed atomic.Bool
+	mu    sync.Mutex
+	late  func()
+}
+
+func (k *lateAppliedKV) applyLate() {
+	k.mu.Lock()
+	late := k.late
+	k.late = nil
+	k.mu.Unlock()
+	if late != nil {
+		late()
+	}
+}
+
+func (k *lateAppliedKV) Get(ctx context.Context, key string) (metadata.KeyValue, error) {
+	defer k.applyLate()
+	return k.KV.Get(ctx, key)
+}
+
+func (k *lateAppliedKV) Commit(ctx context.Context, guard metadata.Lock, ops ...metadata.KVOp) (metadata.Version, error) {
+	for _, op := range ops {
+		if op.Expected == metadata.NoVersion && strings.HasPrefix(op.Key, segmentsPrefix) && k.armed.CompareAndSwap(true, false) {
+			k.mu.Lock()
+			k.late = func() { _, _ = k.KV.Commit(context.Background(), guard, ops...) }
+			k.mu.Unlock()
+			return 0, errLostAnswer
+		}
+	}
+	defer k.applyLate()
+	return k.KV.Commit(ctx, guard, ops...)
+}
+
+// TestSegmentCommitAppliedLateLeavesNoSegmentWithoutItsLedger: a segment commit reported
+// failed that reaches etcd later must not leave a segment naming a ledger that was deleted:
+// the writer settles the commit's fate before deleting the ledger (a read could not: it
+// found no segment, then the commit applied).
+func TestSegmentCommitAppliedLateLeavesNoSegmentWithoutItsLedger(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	cl := newClient(t, c)
+	ns := newNamespace(t, cl, testConfig())
+	kv := &lateAppliedKV{KV: ns.kv}
+	ns.kv = kv
+	ctx := ctxFor(t, 30*time.Second)
+	l, err := ns.CreateLog(ctx, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv.armed.Store(true)
+	if w, err := l.OpenWriter(ctx); !errors.Is(err, errLostAnswer) {
+		if err == nil {
+			w.Close(ctx)
+		}
+		t.Fatalf("OpenWriter with the segment commit applied late: %v", err)
+	}
+	segs, err := l.Segments(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range segs {
+		if _, err := cl.OpenLedger(ctx, s.LedgerID, nil, false); err != nil {
+			t.Fatalf("segment %d names ledger %d: %v", s.SeqNo, s.LedgerID, err)
+		}
+	}
+	w, err := l.OpenWriter(ctx)
 	if err != nil {
 		t.Fatalf("the next writer: %v", err)
 	}

@@ -156,13 +156,14 @@ func (w *Writer) startSegment(ctx context.Context, seq int64) (*segWriter, error
 		return nil
 	})
 	if err != nil {
-		// The commit may have applied all the same (a timeout, a cancelled context): delete the
-		// ledger only once the segment is known not to name it. A leaked empty ledger is
-		// garbage; a segment whose ledger is gone would stop every later writer and reader.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), segmentCheckTimeout)
-		cur, ok, rerr := w.log.segment(rctx, seq)
-		cancel()
-		if rerr == nil && (!ok || cur.LedgerID != s.meta.LedgerID) {
+		// The commit may have applied all the same, or may still apply (a timeout, a cancelled
+		// context: the request can reach etcd after its answer was given up on), so a read
+		// cannot tell. Rewriting the log's metadata at the version the commit expected can: if
+		// that succeeds, the commit did not apply and never will (the version it expects is
+		// gone), and the ledger is deleted; otherwise the segment may name it, and it is kept.
+		// A leaked empty ledger is garbage; a segment whose ledger is gone would stop every
+		// later writer and reader.
+		if w.sealMeta(ctx) == nil {
 			w.ns.deleteLedger(context.WithoutCancel(ctx), w.log.name, s.meta)
 		}
 		return nil, err
@@ -170,8 +171,22 @@ func (w *Writer) startSegment(ctx context.Context, seq int64) (*segWriter, error
 	return s, nil
 }
 
-// segmentCheckTimeout bounds the read that decides whether a failed segment commit applied.
-const segmentCheckTimeout = 5 * time.Second
+// sealTimeout bounds the commit that settles whether a failed segment commit applied.
+const sealTimeout = 5 * time.Second
+
+// sealMeta rewrites the log's metadata as the writer knows it, at the version it knows, so
+// that no commit still in flight that expects that version can apply afterwards.
+func (w *Writer) sealMeta(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sealTimeout)
+	defer cancel()
+	w.metaMu.Lock()
+	defer w.metaMu.Unlock()
+	v, err := w.ns.kv.Commit(ctx, w.lock, metadata.Put(logKey(w.log.name), encodeLog(w.meta), w.metaVersion))
+	if err == nil {
+		w.metaVersion = v
+	}
+	return err
+}
 
 // completeSegment closes the segment's ledger at its last acknowledged entry and completes
 // the segment's metadata. Nothing may be in flight.
