@@ -434,40 +434,13 @@ func (ix *Index) Ledger(ledgerID int64) (LedgerState, error) {
 // A value that does not decode stops the iteration with an error wrapping ErrCorrupt. fn
 // must not call Close.
 func (ix *Index) Ledgers(fn func(ledgerID int64, st LedgerState) bool) error {
-	if !ix.enter() {
-		return ErrClosed
-	}
-	defer ix.exit()
-	it, err := ix.db.NewIter(&pebble.IterOptions{
-		LowerBound: []byte{prefixLedger},
-		UpperBound: []byte{prefixLedger + 1},
+	return ix.scanByLedger(prefixLedger, "ledger", func(id int64, v []byte) (bool, error) {
+		st, err := decodeLedgerState(v)
+		if err != nil {
+			return false, fmt.Errorf("index: ledger %d: %w", id, err)
+		}
+		return fn(id, st), nil
 	})
-	if err != nil {
-		return fmt.Errorf("index: ledgers: %w", wrapPebble(err))
-	}
-	for ok := it.First(); ok && err == nil; ok = it.Next() {
-		var id int64
-		var v []byte
-		var st LedgerState
-		if id, err = decodeLedgerKey(it.Key()); err != nil {
-			break
-		}
-		if v, err = it.ValueAndErr(); err != nil {
-			err = wrapPebble(err)
-			break
-		}
-		if st, err = decodeLedgerState(v); err != nil {
-			err = fmt.Errorf("index: ledger %d: %w", id, err)
-			break
-		}
-		if !fn(id, st) {
-			break
-		}
-	}
-	if ierr := errors.Join(it.Error(), it.Close()); ierr != nil && err == nil {
-		err = fmt.Errorf("index: ledgers: %w", wrapPebble(ierr))
-	}
-	return err
 }
 
 // FencedDeleted calls fn for every fenced-deleted tombstone (Batch.DeleteFencedLedger), in id
@@ -475,38 +448,41 @@ func (ix *Index) Ledgers(fn func(ledgerID int64, st LedgerState) bool) error {
 // that does not decode stops the iteration with an error wrapping ErrCorrupt. fn must not
 // call Close.
 func (ix *Index) FencedDeleted(fn func(ledgerID int64, deletedAt time.Time) bool) error {
+	return ix.scanByLedger(prefixFencedDeleted, "fenced-deleted ledger", func(id int64, v []byte) (bool, error) {
+		at, err := decodeFencedDeleted(v)
+		if err != nil {
+			return false, fmt.Errorf("index: fenced-deleted ledger %d: %w", id, err)
+		}
+		return fn(id, at), nil
+	})
+}
+
+// scanByLedger calls fn with the id and value of every key of the keyspace at prefix (keys
+// prefix ‖ BE(ledgerId)), in id order, until fn returns false or an error. A key that does not
+// decode is an error wrapping ErrCorrupt; what names the keyspace's entries in errors.
+func (ix *Index) scanByLedger(prefix byte, what string, fn func(id int64, v []byte) (bool, error)) error {
 	if !ix.enter() {
 		return ErrClosed
 	}
 	defer ix.exit()
-	it, err := ix.db.NewIter(&pebble.IterOptions{
-		LowerBound: []byte{prefixFencedDeleted},
-		UpperBound: []byte{prefixFencedDeleted + 1},
-	})
+	it, err := ix.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefix}, UpperBound: []byte{prefix + 1}})
 	if err != nil {
-		return fmt.Errorf("index: fenced-deleted ledgers: %w", wrapPebble(err))
+		return fmt.Errorf("index: %ss: %w", what, wrapPebble(err))
 	}
-	for ok := it.First(); ok && err == nil; ok = it.Next() {
+	for ok, more := it.First(), true; ok && more && err == nil; ok = it.Next() {
 		var id int64
 		var v []byte
-		var at time.Time
-		if id, err = decodeFencedDeletedKey(it.Key()); err != nil {
+		if id, err = decodeLedgerIDKey(it.Key(), prefix, what); err != nil {
 			break
 		}
 		if v, err = it.ValueAndErr(); err != nil {
 			err = wrapPebble(err)
 			break
 		}
-		if at, err = decodeFencedDeleted(v); err != nil {
-			err = fmt.Errorf("index: fenced-deleted ledger %d: %w", id, err)
-			break
-		}
-		if !fn(id, at) {
-			break
-		}
+		more, err = fn(id, v)
 	}
 	if ierr := errors.Join(it.Error(), it.Close()); ierr != nil && err == nil {
-		err = fmt.Errorf("index: fenced-deleted ledgers: %w", wrapPebble(ierr))
+		err = fmt.Errorf("index: %ss: %w", what, wrapPebble(ierr))
 	}
 	return err
 }

@@ -125,40 +125,27 @@ func decodeLocation(v []byte, ledgerID, entryID int64) (uint64, error) {
 	return binary.BigEndian.Uint64(v), nil
 }
 
-// putLedgerKey encodes ledgerID into k, which must be ledgerKeyLen long.
-func putLedgerKey(k []byte, ledgerID int64) {
-	_ = k[ledgerKeyLen-1]
-	k[0] = prefixLedger
-	binary.BigEndian.PutUint64(k[1:9], uint64(ledgerID))
-}
-
-// decodeLedgerKey returns the id in a ledger key.
-func decodeLedgerKey(k []byte) (int64, error) {
-	if len(k) != ledgerKeyLen || k[0] != prefixLedger {
-		return 0, fmt.Errorf("%w: ledger key %x", ErrCorrupt, k)
-	}
-	l := binary.BigEndian.Uint64(k[1:9])
-	if l > math.MaxInt64 {
-		return 0, fmt.Errorf("%w: ledger key %x has a negative id", ErrCorrupt, k)
-	}
-	return int64(l), nil
-}
+// putLedgerKey encodes ledgerID's state key into k, which must be ledgerKeyLen long.
+func putLedgerKey(k []byte, ledgerID int64) { putLedgerIDKey(k, prefixLedger, ledgerID) }
 
 // putFencedDeletedKey encodes ledgerID's tombstone key into k, which must be ledgerKeyLen long.
-func putFencedDeletedKey(k []byte, ledgerID int64) {
+func putFencedDeletedKey(k []byte, ledgerID int64) { putLedgerIDKey(k, prefixFencedDeleted, ledgerID) }
+
+// putLedgerIDKey encodes prefix ‖ BE(ledgerID), the layout of the keyspaces keyed by ledger alone.
+func putLedgerIDKey(k []byte, prefix byte, ledgerID int64) {
 	_ = k[ledgerKeyLen-1]
-	k[0] = prefixFencedDeleted
+	k[0] = prefix
 	binary.BigEndian.PutUint64(k[1:9], uint64(ledgerID))
 }
 
-// decodeFencedDeletedKey returns the id in a tombstone key.
-func decodeFencedDeletedKey(k []byte) (int64, error) {
-	if len(k) != ledgerKeyLen || k[0] != prefixFencedDeleted {
-		return 0, fmt.Errorf("%w: fenced-deleted key %x", ErrCorrupt, k)
+// decodeLedgerIDKey returns the id in a prefix ‖ BE(ledgerId) key; what names the keyspace in errors.
+func decodeLedgerIDKey(k []byte, prefix byte, what string) (int64, error) {
+	if len(k) != ledgerKeyLen || k[0] != prefix {
+		return 0, fmt.Errorf("%w: %s key %x", ErrCorrupt, what, k)
 	}
 	l := binary.BigEndian.Uint64(k[1:9])
 	if l > math.MaxInt64 {
-		return 0, fmt.Errorf("%w: fenced-deleted key %x has a negative id", ErrCorrupt, k)
+		return 0, fmt.Errorf("%w: %s key %x has a negative id", ErrCorrupt, what, k)
 	}
 	return int64(l), nil
 }
