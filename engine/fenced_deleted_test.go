@@ -352,3 +352,12 @@ func TestFencedDeletedAfterUpgradeFromFormat2(t *testing.T) {
 	wantOldWriterRefused(t, e, 6, "after the upgrade and a restart")
 	mustRead(t, e, 2, 0)
 }
+
+// isFencedDeleted reports whether id is remembered as deleted while fenced (expired or not).
+func (t *ledgerTable) isFencedDeleted(id int64) bool {
+	s := &t.shards[t.shard(id)]
+	s.mu.RLock()
+	_, ok := s.fencedDeleted[id]
+	s.mu.RUnlock()
+	return ok
+}

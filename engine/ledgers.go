@@ -256,15 +256,6 @@ func (t *ledgerTable) expireFencedDeleted(now int64, drop func(id int64)) int {
 	return n
 }
 
-// isFencedDeleted reports whether id is remembered as deleted while fenced (expired or not).
-func (t *ledgerTable) isFencedDeleted(id int64) bool {
-	s := &t.shards[t.shard(id)]
-	s.mu.RLock()
-	_, ok := s.fencedDeleted[id]
-	s.mu.RUnlock()
-	return ok
-}
-
 // each calls fn for every ledger (in no order) until it returns false.
 func (t *ledgerTable) each(fn func(*ledgerInfo) bool) {
 	for i := range t.shards {
