@@ -167,19 +167,33 @@ func TestTruncateBeyondTheWritersEnd(t *testing.T) {
 // (here: entries that are not envelopes, appended to the in-progress segment's ledger behind
 // the writer's back) are returned first; the error comes when the reader reaches that entry.
 func TestReaderReturnsRecordsBeforeAFailingEntry(t *testing.T) {
+	// The second carries the first in its LAC.
+	ctx, r := readerPastRecords(t, "nexterr", 5, 100, []byte("not an envelope"), []byte("not an envelope"))
+	if _, err := r.Next(ctx); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("the entry that is not an envelope: %v, want ErrCorrupt", err)
+	}
+}
+
+// readerPastRecords writes records 1..n (payloads of size bytes) to a new log through a writer
+// that flushes at once, appends raw entries to the in-progress segment's ledger behind the
+// writer's back, and returns a reader from the head that has returned records 1..n.
+func readerPastRecords(t *testing.T, name string, n int64, size int, raw ...[]byte) (context.Context, *Reader) {
+	t.Helper()
 	c := clustertest.Start(t, 3)
 	cl := newClient(t, c)
 	ncfg := testConfig()
 	ncfg.ImmediateFlush = true
 	ns := newNamespace(t, cl, ncfg)
 	ctx := ctxFor(t, 30*time.Second)
-	l, w := createWriting(t, ctx, ns, "nexterr")
-	defer w.Close(ctx)
-	const n = 5
+	l, w := createWriting(t, ctx, ns, name)
+	t.Cleanup(func() { w.Close(ctx) })
 	for tx := int64(1); tx <= n; tx++ {
-		if _, err := w.Write(ctx, Record{TxID: tx, Payload: payloadFor(tx, 100)}); err != nil {
+		if _, err := w.Write(ctx, Record{TxID: tx, Payload: payloadFor(tx, size)}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
 	}
 	segs, err := l.Segments(ctx)
 	if err != nil {
@@ -189,8 +203,8 @@ func TestReaderReturnsRecordsBeforeAFailingEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 2 { // the second carries the first in its LAC
-		if _, err := lh.Append(ctx, []byte("not an envelope")); err != nil {
+	for _, e := range raw {
+		if _, err := lh.Append(ctx, e); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -198,15 +212,13 @@ func TestReaderReturnsRecordsBeforeAFailingEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	t.Cleanup(func() { r.Close() })
 	for tx := int64(1); tx <= n; tx++ {
 		if rec, err := r.Next(ctx); err != nil || rec.TxID != tx {
 			t.Fatalf("record %d: tx %d, %v", tx, rec.TxID, err)
 		}
 	}
-	if _, err := r.Next(ctx); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("the entry that is not an envelope: %v, want ErrCorrupt", err)
-	}
+	return ctx, r
 }
 
 // appliedButFailedKV applies the next commit that creates a segment key, then reports it failed,
@@ -232,23 +244,38 @@ func (k *appliedButFailedKV) Commit(ctx context.Context, guard metadata.Lock, op
 // reported an error must not have its ledger deleted (the segment would name a ledger that is
 // gone, and every later writer and reader of the log would stop there).
 func TestSegmentCommitThatAppliedKeepsItsLedger(t *testing.T) {
+	kv := &appliedButFailedKV{}
+	checkLostSegmentCommit(t, "lost", "with the segment commit's answer lost", kv, &kv.KV, &kv.armed, nil)
+}
+
+// checkLostSegmentCommit opens the first writer of a new log through kv, whose inner KV it
+// sets (inner) and whose next segment-creating commit it arms: that OpenWriter must fail with
+// errLostAnswer; check, if set, then looks at the log; the next writer must recover it and
+// write.
+func checkLostSegmentCommit(t *testing.T, name, what string, kv metadata.KV, inner *metadata.KV, armed *atomic.Bool,
+	check func(ctx context.Context, cl *client.Client, l *Log)) {
+	t.Helper()
 	c := clustertest.Start(t, 3)
-	ns := newNamespace(t, newClient(t, c), testConfig())
-	kv := &appliedButFailedKV{KV: ns.kv}
+	cl := newClient(t, c)
+	ns := newNamespace(t, cl, testConfig())
+	*inner = ns.kv
 	ns.kv = kv
 	ctx := ctxFor(t, 30*time.Second)
-	l, err := ns.CreateLog(ctx, "lost")
+	l, err := ns.CreateLog(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv.armed.Store(true)
+	armed.Store(true)
 	if w, err := l.OpenWriter(ctx); !errors.Is(err, errLostAnswer) {
 		if err == nil {
 			w.Close(ctx)
 		}
-		t.Fatalf("OpenWriter with the segment commit's answer lost: %v", err)
+		t.Fatalf("OpenWriter %s: %v", what, err)
 	}
-	w, err := l.OpenWriter(ctx) // recovers the segment the first one started
+	if check != nil {
+		check(ctx, cl, l)
+	}
+	w, err := l.OpenWriter(ctx) // recovers the segment the first one started, if any
 	if err != nil {
 		t.Fatalf("the next writer: %v", err)
 	}
@@ -303,40 +330,17 @@ func (k *lateAppliedKV) Commit(ctx context.Context, guard metadata.Lock, ops ...
 // the writer settles the commit's fate before deleting the ledger (a read could not: it
 // found no segment, then the commit applied).
 func TestSegmentCommitAppliedLateLeavesNoSegmentWithoutItsLedger(t *testing.T) {
-	c := clustertest.Start(t, 3)
-	cl := newClient(t, c)
-	ns := newNamespace(t, cl, testConfig())
-	kv := &lateAppliedKV{KV: ns.kv}
-	ns.kv = kv
-	ctx := ctxFor(t, 30*time.Second)
-	l, err := ns.CreateLog(ctx, "late")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv.armed.Store(true)
-	if w, err := l.OpenWriter(ctx); !errors.Is(err, errLostAnswer) {
-		if err == nil {
-			w.Close(ctx)
-		}
-		t.Fatalf("OpenWriter with the segment commit applied late: %v", err)
-	}
-	segs, err := l.Segments(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range segs {
-		if _, err := cl.OpenLedger(ctx, s.LedgerID, nil, false); err != nil {
-			t.Fatalf("segment %d names ledger %d: %v", s.SeqNo, s.LedgerID, err)
-		}
-	}
-	w, err := l.OpenWriter(ctx)
-	if err != nil {
-		t.Fatalf("the next writer: %v", err)
-	}
-	if _, err := w.Write(ctx, Record{TxID: 1, Payload: payloadFor(1, 10)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	kv := &lateAppliedKV{}
+	checkLostSegmentCommit(t, "late", "with the segment commit applied late", kv, &kv.KV, &kv.armed,
+		func(ctx context.Context, cl *client.Client, l *Log) {
+			segs, err := l.Segments(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range segs {
+				if _, err := cl.OpenLedger(ctx, s.LedgerID, nil, false); err != nil {
+					t.Fatalf("segment %d names ledger %d: %v", s.SeqNo, s.LedgerID, err)
+				}
+			}
+		})
 }

@@ -81,50 +81,12 @@ func envelope(recordsBefore, firstTxID int64, txIDs ...int64) []byte {
 // ErrCorrupt, also when the reader decoded records before it in the same read: those come
 // first, then the error, every time; the reader must not go on past the entry.
 func TestReaderDoesNotSkipAnEntryOutOfOrder(t *testing.T) {
-	c := clustertest.Start(t, 3)
-	cl := newClient(t, c)
-	ncfg := testConfig()
-	ncfg.ImmediateFlush = true
-	ns := newNamespace(t, cl, ncfg)
-	ctx := ctxFor(t, 30*time.Second)
-	l, w := createWriting(t, ctx, ns, "backwards")
-	defer w.Close(ctx)
 	const n = 5
-	for tx := int64(1); tx <= n; tx++ {
-		if _, err := w.Write(ctx, Record{TxID: tx, Payload: payloadFor(tx, 10)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	segs, err := l.Segments(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lh, err := cl.ReopenLedgerForWrite(ctx, segs[len(segs)-1].LedgerID, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range [][]byte{
+	ctx, r := readerPastRecords(t, "backwards", n, 10,
 		envelope(n, 1, 3),    // back to tx 3
 		envelope(n+1, 1, 10), // a valid entry after it
 		envelope(n+2, 1, 11), // carries the previous one in its LAC
-	} {
-		if _, err := lh.Append(ctx, e); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r, err := l.OpenReader(ctx, Head())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	for tx := int64(1); tx <= n; tx++ {
-		if rec, err := r.Next(ctx); err != nil || rec.TxID != tx {
-			t.Fatalf("record %d: tx %d, %v", tx, rec.TxID, err)
-		}
-	}
+	)
 	for i := range 2 {
 		if rec, err := r.Next(ctx); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("Next %d at the entry going back to tx 3: tx %d (%s), %v; want ErrCorrupt", i+1, rec.TxID, rec.DLSN.Text(), err)
