@@ -422,14 +422,9 @@ func testFlood(t *testing.T, respond, overTLS bool) {
 	cfg := floodConfig(t, uri, dir, fs)
 	var clientTLS *tls.Config
 	if overTLS {
-		ca, err := servertest.NewCA("flood test CA")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cert, err := ca.Issue(servertest.Leaf{DNSNames: []string{"localhost"}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		ca := servertest.MustCA(t, "flood test CA")
+		cert := ca.MustIssue(t, servertest.Leaf{DNSNames: []string{"localhost"}})
+		var err error
 		if _, cfg.TLSCertificatePath, cfg.TLSKeyPath, err = ca.WriteFiles(t.TempDir(), "bookie", cert); err != nil {
 			t.Fatal(err)
 		}

@@ -19,19 +19,9 @@ import (
 // the handshake fails, the client's add is not stored, and a client with a good certificate is
 // served before and after. Its plaintext port answers adds and reads EUA.
 func TestTLSClientAuthenticationRefusesBadClientCertificates(t *testing.T) {
-	ca, err := servertest.NewCA("ringkeeper test CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rogue, err := servertest.NewCA("rogue CA")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, rogue := servertest.MustCA(t, "ringkeeper test CA"), servertest.MustCA(t, "rogue CA")
 	issue := func(issuer *servertest.CA, l servertest.Leaf) *tls.Certificate {
-		c, err := issuer.Issue(l)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := issuer.MustIssue(t, l)
 		return &c
 	}
 	caFile, certFile, keyFile, err := ca.WriteFiles(t.TempDir(), "bookie", *issue(ca, servertest.Leaf{DNSNames: []string{"localhost"}}))
@@ -119,15 +109,8 @@ func TestTLSClientAuthenticationRefusesBadClientCertificates(t *testing.T) {
 // in only when its certificate's first role is listed; it is refused as config without
 // tlsClientAuthentication, since roles come from client certificates.
 func TestAuthorizedRolesKey(t *testing.T) {
-	ca, err := servertest.NewCA("ringkeeper test CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvCert, err := ca.Issue(servertest.Leaf{DNSNames: []string{"localhost"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile, certFile, keyFile, err := ca.WriteFiles(t.TempDir(), "bookie", srvCert)
+	ca := servertest.MustCA(t, "ringkeeper test CA")
+	caFile, certFile, keyFile, err := ca.WriteFiles(t.TempDir(), "bookie", ca.MustIssue(t, servertest.Leaf{DNSNames: []string{"localhost"}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,12 +137,9 @@ func TestAuthorizedRolesKey(t *testing.T) {
 	}
 	b := start(t, cfg)
 	dial := func(role string) *servertest.Client {
-		cert, err := ca.Issue(servertest.Leaf{Client: true, OU: []string{"0:" + role}})
-		if err != nil {
-			t.Fatal(err)
-		}
 		c, err := servertest.DialTLS(b.TLSAddr().String(), &tls.Config{RootCAs: ca.Pool, ServerName: "localhost",
-			Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+			Certificates: []tls.Certificate{ca.MustIssue(t, servertest.Leaf{Client: true, OU: []string{"0:" + role}})},
+			MinVersion:   tls.VersionTLS12})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -53,18 +53,9 @@ type TLS struct {
 // client certificates there (tlsClientAuthentication).
 func StartTLS(t testing.TB, n int) (*cluster.Cluster, TLS) {
 	t.Helper()
-	ca, err := servertest.NewCA("ringkeeper test CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := ca.Issue(servertest.Leaf{IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli, err := ca.Issue(servertest.Leaf{Client: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := servertest.MustCA(t, "ringkeeper test CA")
+	srv := ca.MustIssue(t, servertest.Leaf{IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"}})
+	cli := ca.MustIssue(t, servertest.Leaf{Client: true})
 	dir := t.TempDir()
 	caFile, certFile, keyFile, err := ca.WriteFiles(dir, "bookie", srv)
 	if err != nil {

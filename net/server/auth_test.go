@@ -226,19 +226,9 @@ func TestLoadTLSConfig(t *testing.T) {
 // is refused only when they are required. A refused client's add is never stored, and the
 // server goes on serving good clients.
 func TestTLSClientCertificateVerification(t *testing.T) {
-	ca, err := servertest.NewCA("ringkeeper test CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rogue, err := servertest.NewCA("rogue CA")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, rogue := servertest.MustCA(t, "ringkeeper test CA"), servertest.MustCA(t, "rogue CA")
 	issue := func(issuer *servertest.CA, l servertest.Leaf) *tls.Certificate {
-		c, err := issuer.Issue(l)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := issuer.MustIssue(t, l)
 		return &c
 	}
 	caFile, certFile, keyFile, err := ca.WriteFiles(t.TempDir(), "server", *issue(ca, servertest.Leaf{DNSNames: []string{"localhost"}}))
@@ -330,17 +320,8 @@ func TestCertificateRoles(t *testing.T) {
 // first role is allowed is served; one with another first role, or none, gets EUA for adds and
 // reads, stores nothing, and is closed on AUTH.
 func TestAuthorizedRoles(t *testing.T) {
-	ca, err := servertest.NewCA("ringkeeper test CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	issue := func(l servertest.Leaf) tls.Certificate {
-		c, err := ca.Issue(l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	ca := servertest.MustCA(t, "ringkeeper test CA")
+	issue := func(l servertest.Leaf) tls.Certificate { return ca.MustIssue(t, l) }
 	srvCert := issue(servertest.Leaf{DNSNames: []string{"localhost"}})
 	env := startEnv(t, withTLS(), withConfig(func(c *Config) {
 		c.TLSConfig = &tls.Config{Certificates: []tls.Certificate{srvCert}, ClientCAs: ca.Pool,

@@ -18,24 +18,6 @@ import (
 	"github.com/ringkeeper/ringkeeper/net/server/servertest"
 )
 
-func mustCA(t testing.TB, name string) *servertest.CA {
-	t.Helper()
-	ca, err := servertest.NewCA(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca
-}
-
-func mustIssue(t testing.TB, ca *servertest.CA, l servertest.Leaf) tls.Certificate {
-	t.Helper()
-	c, err := ca.Issue(l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 // withServerTLS serves TLS on a loopback port with cfg.
 func withServerTLS(cfg *tls.Config) bookieOption {
 	return func(c *server.Config, _ *servertest.MemStorage) {
@@ -86,7 +68,7 @@ func (b *testBookie) tlsPort() string {
 // and never reaches the bookie. An empty ServerName is the host of the address dialled (a
 // name, or an IP that must be an IP SAN); a configured one wins.
 func TestTLSClientVerifiesBookieCertificate(t *testing.T) {
-	ca, rogue := mustCA(t, "ringkeeper test CA"), mustCA(t, "rogue CA")
+	ca, rogue := servertest.MustCA(t, "ringkeeper test CA"), servertest.MustCA(t, "rogue CA")
 	now := time.Now()
 	expired := func(e error) bool {
 		var ci x509.CertificateInvalidError
@@ -145,7 +127,7 @@ func TestTLSClientVerifiesBookieCertificate(t *testing.T) {
 			text: "incompatible key usage", leaf: servertest.Leaf{Client: true, DNSNames: otherHost.DNSNames}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cert := mustIssue(t, tc.issuer, tc.leaf)
+			cert := tc.issuer.MustIssue(t, tc.leaf)
 			b := startBookie(t, withServerTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}))
 			p := newPool(t, Config{TLS: &tls.Config{RootCAs: ca.Pool, ServerName: tc.serverName, MinVersion: tls.VersionTLS12},
 				TLSHostnameVerificationDisabled: tc.noHostname, ReconnectMin: time.Minute, ReconnectMax: time.Minute})
@@ -181,8 +163,8 @@ func TestTLSHostnameVerificationDisabledKeepsVerifyConnection(t *testing.T) {
 	if _, err := NewPool(Config{TLSHostnameVerificationDisabled: true}); !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("TLSHostnameVerificationDisabled without TLS: %v, want ErrBadConfig", err)
 	}
-	ca := mustCA(t, "ringkeeper test CA")
-	b := startBookie(t, withServerTLS(&tls.Config{Certificates: []tls.Certificate{mustIssue(t, ca, servertest.Leaf{DNSNames: []string{"bookie-a.example"}})},
+	ca := servertest.MustCA(t, "ringkeeper test CA")
+	b := startBookie(t, withServerTLS(&tls.Config{Certificates: []tls.Certificate{ca.MustIssue(t, servertest.Leaf{DNSNames: []string{"bookie-a.example"}})},
 		MinVersion: tls.VersionTLS12}))
 	var calls atomic.Int32
 	refuse := errors.New("refused by the application")
@@ -210,11 +192,11 @@ func TestTLSHostnameVerificationDisabledKeepsVerifyConnection(t *testing.T) {
 // client's handshake completes first; its first request fails). Nothing is stored, the bookie
 // logs the cause, and a well-configured client, connected before and after, is served.
 func TestTLSBookieVerifiesClientCertificate(t *testing.T) {
-	ca, rogue := mustCA(t, "ringkeeper test CA"), mustCA(t, "rogue CA")
+	ca, rogue := servertest.MustCA(t, "ringkeeper test CA"), servertest.MustCA(t, "rogue CA")
 	now := time.Now()
 	var log logBuffer
 	b := startBookie(t, withLogger(slog.New(slog.NewTextHandler(&log, nil))), withServerTLS(&tls.Config{
-		Certificates: []tls.Certificate{mustIssue(t, ca, servertest.Leaf{IPs: loopback})},
+		Certificates: []tls.Certificate{ca.MustIssue(t, servertest.Leaf{IPs: loopback})},
 		ClientCAs:    ca.Pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
 	}))
 	// clientTLS presents cert, if any, whatever CAs the bookie asks for: crypto/tls would
@@ -227,7 +209,7 @@ func TestTLSBookieVerifiesClientCertificate(t *testing.T) {
 		return cfg
 	}
 	issue := func(issuer *servertest.CA, from, to time.Time) *tls.Certificate {
-		c := mustIssue(t, issuer, servertest.Leaf{Client: true, NotBefore: from, NotAfter: to})
+		c := issuer.MustIssue(t, servertest.Leaf{Client: true, NotBefore: from, NotAfter: to})
 		return &c
 	}
 	good := issue(ca, time.Time{}, time.Time{})

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"testing"
 	"time"
 )
 
@@ -139,4 +140,24 @@ func (ca *CA) WriteFiles(dir, name string, c tls.Certificate) (caFile, certFile,
 		}
 	}
 	return caFile, certFile, keyFile, nil
+}
+
+// MustCA is NewCA for tests: an error fails t.
+func MustCA(t testing.TB, name string) *CA {
+	t.Helper()
+	ca, err := NewCA(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+// MustIssue is Issue for tests: an error fails t.
+func (ca *CA) MustIssue(t testing.TB, l Leaf) tls.Certificate {
+	t.Helper()
+	c, err := ca.Issue(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
