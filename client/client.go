@@ -397,10 +397,30 @@ func (c *Client) LedgerMetadata(ctx context.Context, id int64) (*metadata.Ledger
 	return md, ledgerErr(err, id)
 }
 
-// ReopenLedgerForWrite continues writing an OPEN ledger whose writer has gone away cleanly,
-// after its last stored entry. It is for tools (ringkeeper shell): BookKeeper has no such
-// call, and it is unsafe if the previous writer is still running, because nothing fences it.
-// Applications should close ledgers and create new ones, or recover with OpenLedger.
+// ReopenLedgerForWrite continues writing an OPEN ledger whose writer has gone away, after the
+// last entry that writer may have had acknowledged. It is for tools (ringkeeper shell):
+// BookKeeper has no such call. Applications should close ledgers and create new ones, or
+// recover with OpenLedger.
+//
+// It runs recovery without the close (recoverTail): it reads forward from the LAC, re-adds
+// every entry it finds to its whole write quorum (a bookie that fails is replaced, and the new
+// ensembles are CAS'd into the metadata before the handle is returned), and stops at the first
+// entry that at least Qw−Qa+1 bookies report missing; the handle then writes from the entry
+// after the last one recovered. An entry the dead writer left on fewer than Qa bookies is thus
+// either kept and replicated, or dropped and overwritten by the new writer's entry of the same
+// id on its write set: never counted while under-replicated. A bookie whose copy is damaged
+// or who cannot answer is never counted as missing: the call fails rather than guess.
+//
+// It does not fence, and is unsafe if the previous writer is still running. Fencing is
+// permanent (a fenced bookie refuses every add that is not a recovery add), so a fenced ledger
+// could not be written by the returned handle either: the shell's "ledger append" runs once per
+// batch of lines on the same ledger, and dlog's tests reopen a segment their writer still
+// holds. Writing with recovery adds instead would get past the fence of a real recoverer
+// (OpenLedger with recover) too, and let this handle have entries acknowledged after that
+// recoverer closed the ledger below them. So the previous writer must be gone: its process
+// ended, so that none of its adds is still on its way to a bookie. What it still checks:
+// the metadata must not have changed while the tail was read (an ensemble change of a writer
+// still running, or a recoverer starting, fails the call).
 func (c *Client) ReopenLedgerForWrite(ctx context.Context, id int64, password []byte) (*Ledger, error) {
 	md, version, err := c.md.Ledgers().Read(ctx, id)
 	if err != nil {
@@ -409,29 +429,49 @@ func (c *Client) ReopenLedgerForWrite(ctx context.Context, id int64, password []
 	if string(md.Password) != string(password) {
 		return nil, fmt.Errorf("%w: ledger %d", ErrUnauthorized, id)
 	}
-	switch md.State {
-	case metadata.StateInRecovery:
-		return nil, fmt.Errorf("%w: ledger %d is being recovered", ErrLedgerFenced, id)
-	case metadata.StateClosed:
-		return nil, fmt.Errorf("%w: ledger %d", ErrLedgerClosed, id)
+	if err := writableState(md, id); err != nil {
+		return nil, err
 	}
 	lh, err := newLedger(c, id, md, version, password, false)
 	if err != nil {
 		return nil, err
 	}
-	res, err := lh.readLAC(ctx, md, false)
+	tail, err := lh.recoverTail(ctx, md, false)
 	if err != nil {
 		return nil, err
 	}
-	// The last fragment may hold nothing yet (the writer changed the ensemble and stopped):
-	// the entries before it are stored all the same.
-	lastFragment, _ := md.LastEnsemble()
-	if last := max(res.lastEntry, lastFragment.FirstEntryID-1); last >= 0 {
-		e, err := lh.readEntry(ctx, last)
-		if err != nil {
-			return nil, err
+	read := md
+	md, version, err = metadata.UpdateLedger(ctx, c.md.Ledgers(), id, func(m *metadata.LedgerMetadata) error {
+		if err := writableState(m, id); err != nil {
+			return err
 		}
-		lh.lac, lh.nextEntry, lh.length, lh.confirmedLength = last, last+1, e.Length, e.Length
+		if !slices.EqualFunc(m.Ensembles, read.Ensembles, sameEnsemble) {
+			return fmt.Errorf("%w: ledger %d: its ensembles changed while its tail was recovered (is its writer still running?)",
+				ErrRecovery, id)
+		}
+		if slices.EqualFunc(m.Ensembles, tail.written.Ensembles, sameEnsemble) {
+			return metadata.ErrUnchanged
+		}
+		m.Ensembles = tail.written.Clone().Ensembles
+		return nil
+	})
+	if err != nil {
+		return nil, ledgerErr(err, id)
 	}
+	lh.mu.Lock()
+	lh.setMetadataLocked(md, version)
+	lh.lac, lh.nextEntry, lh.length, lh.confirmedLength = tail.lastEntry, tail.lastEntry+1, tail.length, tail.length
+	lh.mu.Unlock()
 	return lh, nil
+}
+
+// writableState fails unless md's state is OPEN.
+func writableState(md *metadata.LedgerMetadata, id int64) error {
+	switch md.State {
+	case metadata.StateInRecovery:
+		return fmt.Errorf("%w: ledger %d is being recovered", ErrLedgerFenced, id)
+	case metadata.StateClosed:
+		return fmt.Errorf("%w: ledger %d", ErrLedgerClosed, id)
+	}
+	return nil
 }

@@ -56,7 +56,8 @@
 // length. A bookie that fails (or hangs on) a recovery add is replaced for the rest of the
 // recovery, in recovery's own copy of the metadata, whose ensembles go into the closing CAS
 // only (BookKeeper #1621); with no replacement, Qa copies do. Concurrent recoverers converge
-// on the same end.
+// on the same end. ReopenLedgerForWrite (for tools) runs the same reads and re-adds, without
+// fencing and without the close, and writes on after the last entry recovered.
 //
 // # Reads
 //

@@ -297,8 +297,6 @@ func (lh *Ledger) ReadLastAddConfirmed(ctx context.Context) (int64, error) {
 // lacResult is what a LAC read learned.
 type lacResult struct {
 	lac int64
-	// lastEntry is the highest entry id any bookie returned.
-	lastEntry int64
 }
 
 // readLAC sends READ(-1) to every bookie of the last ensemble (fencing ones with fence) and
@@ -318,7 +316,7 @@ func (lh *Ledger) readLAC(ctx context.Context, md *metadata.LedgerMetadata, fenc
 		lh.c.cfg.dial(b).Read(lh.id, -1, flags, key, readResponse, &readCtx{ch: ch, replica: i})
 	}
 	known := make([]bool, n)
-	res := lacResult{lac: -1, lastEntry: -1}
+	res := lacResult{lac: -1}
 	covered := func() bool {
 		for start := range n {
 			unknown := 0
@@ -354,7 +352,6 @@ func (lh *Ledger) readLAC(ctx context.Context, md *metadata.LedgerMetadata, fenc
 				}
 				known[r.replica] = true
 				res.lac = max(res.lac, e.LastAddConfirmed)
-				res.lastEntry = max(res.lastEntry, e.EntryID)
 			case r.err == nil && isMissing(r.rc):
 				known[r.replica] = true
 			case r.err == nil && r.rc == protocol.EUA:

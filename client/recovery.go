@@ -17,15 +17,9 @@ import (
 // TLA+ model found):
 //
 //  1. CAS the metadata to IN_RECOVERY, so the writer's next ensemble change or close fails;
-//  2. fencing LAC reads to the last ensemble until every write quorum has fewer than Qa unknown
-//     answers: from then on no write quorum can acknowledge another add;
-//  3. LAC = max(LAC returned, first entry of the last ensemble − 1) (never below the fragment,
-//     or recovery would rewrite an older fragment: BookKeeper #2615);
-//  4. read forward from LAC+1 with fencing reads (a lost fence message must not let the old
-//     writer complete an add behind recovery's back: #2614), re-adding each entry to its whole
-//     write quorum with RECOVERY_ADD, carrying the LAC frozen at the start of recovery;
-//  5. stop at the first entry that at least Qw−Qa+1 bookies report missing (an I/O error or a
-//     digest mismatch never counts as missing), and CAS CLOSED at the last recovered entry.
+//  2. recoverTail with fencing: fencing LAC reads, then fencing reads forward from the LAC with
+//     every entry found re-added to its whole write quorum, up to the first missing one;
+//  3. CAS CLOSED at the last recovered entry, with the ensembles the recovery adds wrote.
 //
 // A bookie that fails a recovery add is replaced, as the writer's ensemble change would, but
 // in recovery's own copy of the metadata: the new ensembles are written only with the close, in
@@ -50,39 +44,9 @@ func (lh *Ledger) recover(ctx context.Context) error {
 	if md.State == metadata.StateClosed {
 		return nil
 	}
-	res, err := lh.readLAC(ctx, md, true)
+	tail, err := lh.recoverTail(ctx, md, true)
 	if err != nil {
-		return fmt.Errorf("%w: ledger %d: fencing: %w", ErrRecovery, lh.id, err)
-	}
-	last, _ := md.LastEnsemble()
-	lac := max(res.lac, last.FirstEntryID-1)
-	// Entries are read where the writer put them (md); recovery adds go to the ensembles of
-	// written, recovery's own copy, which its ensemble changes update.
-	w := &recoveryWriter{written: md.Clone(), bad: map[string]bool{}}
-	lastEntry, length := lac, int64(0)
-	if lac >= 0 {
-		e, err := lh.recoveryRead(ctx, md, lac)
-		if err != nil {
-			return fmt.Errorf("%w: ledger %d: read entry %d (the last add confirmed): %w", ErrRecovery, lh.id, lac, err)
-		}
-		if e == nil { // confirmed, yet missing on enough bookies: data was lost, never truncate it
-			return fmt.Errorf("%w: ledger %d: entry %d, the last add confirmed, is missing on %d or more bookies of its write quorum",
-				ErrRecovery, lh.id, lac, md.WriteQuorumSize-md.AckQuorumSize+1)
-		}
-		length = e.Length
-	}
-	for id := lac + 1; ; id++ {
-		e, err := lh.recoveryRead(ctx, md, id)
-		if err != nil {
-			return fmt.Errorf("%w: ledger %d: read entry %d: %w", ErrRecovery, lh.id, id, err)
-		}
-		if e == nil {
-			break // missing on enough bookies: nothing at or after it was ever acknowledged
-		}
-		if err := lh.recoveryAdd(ctx, w, e, lac); err != nil {
-			return fmt.Errorf("%w: ledger %d: re-add entry %d: %w", ErrRecovery, lh.id, id, err)
-		}
-		lastEntry, length = id, e.Length
+		return err
 	}
 	read := md
 	md, version, err = metadata.UpdateLedger(ctx, lh.c.md.Ledgers(), lh.id, func(m *metadata.LedgerMetadata) error {
@@ -92,21 +56,92 @@ func (lh *Ledger) recover(ctx context.Context) error {
 		if !slices.EqualFunc(m.Ensembles, read.Ensembles, sameEnsemble) {
 			return fmt.Errorf("%w: the ensembles changed while the ledger was in recovery", ErrRecovery)
 		}
-		m.Ensembles = w.written.Clone().Ensembles
-		m.State, m.LastEntryID, m.Length = metadata.StateClosed, lastEntry, length
+		m.Ensembles = tail.written.Clone().Ensembles
+		m.State, m.LastEntryID, m.Length = metadata.StateClosed, tail.lastEntry, tail.length
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("%w: ledger %d: close: %w", ErrRecovery, lh.id, ledgerErr(err, lh.id))
 	}
-	if md.LastEntryID != lastEntry || md.Length != length {
+	if md.LastEntryID != tail.lastEntry || md.Length != tail.length {
 		// Both ends hold every acknowledged entry; they differ only in entries never
 		// acknowledged that one recoverer found on fewer bookies than the other.
 		lh.c.log.Warn("ledger closed by another recoverer at another end; adopting it", "ledger", lh.id,
-			"their_last", md.LastEntryID, "their_length", md.Length, "our_last", lastEntry, "our_length", length)
+			"their_last", md.LastEntryID, "their_length", md.Length, "our_last", tail.lastEntry, "our_length", tail.length)
 	}
 	lh.setMetadata(md, version)
 	return nil
+}
+
+// recoveredTail is what recoverTail found and did.
+type recoveredTail struct {
+	// lastEntry is the last entry that may have been acknowledged (−1: none), now on its
+	// write quorum in written; length is the ledger's length up to it.
+	lastEntry, length int64
+	// written is md with the ensembles the recovery adds' replacements made; they are not in
+	// the metadata service yet.
+	written *metadata.LedgerMetadata
+}
+
+// recoverTail is recovery without its metadata steps (BookKeeper's LedgerRecoveryOp between
+// IN_RECOVERY and CLOSED), for recover and for ReopenLedgerForWrite; md is the ledger's
+// metadata, which recoverTail does not change:
+//
+//  1. LAC reads to the last ensemble until every write quorum has fewer than Qa unknown
+//     answers; with fence they fence the ledger, and from then on no write quorum can
+//     acknowledge another add;
+//  2. LAC = max(LAC returned, first entry of the last ensemble − 1) (never below the fragment,
+//     or recovery would rewrite an older fragment: BookKeeper #2615);
+//  3. read forward from LAC+1 from each entry's whole write set (fencing reads with fence: a
+//     lost fence message must not let the old writer complete an add behind recovery's back,
+//     #2614), re-adding each entry found to its whole write quorum with RECOVERY_ADD, carrying
+//     the LAC frozen at the start (so that no reader learns of entries no recoverer may keep);
+//  4. stop at the first entry that at least Qw−Qa+1 bookies report missing (an I/O error or a
+//     digest mismatch never counts as missing): no entry from it on was acknowledged.
+//
+// Without fence, the answers are final only if no writer is still adding (see
+// ReopenLedgerForWrite).
+func (lh *Ledger) recoverTail(ctx context.Context, md *metadata.LedgerMetadata, fence bool) (recoveredTail, error) {
+	res, err := lh.readLAC(ctx, md, fence)
+	if err != nil {
+		what := "read the LAC"
+		if fence {
+			what = "fencing"
+		}
+		return recoveredTail{}, fmt.Errorf("%w: ledger %d: %s: %w", ErrRecovery, lh.id, what, err)
+	}
+	last, _ := md.LastEnsemble()
+	lac := max(res.lac, last.FirstEntryID-1)
+	// Entries are read where the writer put them (md); recovery adds go to the ensembles of
+	// written, recovery's own copy, which its ensemble changes update.
+	w := &recoveryWriter{written: md.Clone(), bad: map[string]bool{}}
+	tail := recoveredTail{lastEntry: lac}
+	if lac >= 0 {
+		e, err := lh.recoveryRead(ctx, md, lac, fence)
+		if err != nil {
+			return recoveredTail{}, fmt.Errorf("%w: ledger %d: read entry %d (the last add confirmed): %w", ErrRecovery, lh.id, lac, err)
+		}
+		if e == nil { // confirmed, yet missing on enough bookies: data was lost, never truncate it
+			return recoveredTail{}, fmt.Errorf("%w: ledger %d: entry %d, the last add confirmed, is missing on %d or more bookies of its write quorum",
+				ErrRecovery, lh.id, lac, md.WriteQuorumSize-md.AckQuorumSize+1)
+		}
+		tail.length = e.Length
+	}
+	for id := lac + 1; ; id++ {
+		e, err := lh.recoveryRead(ctx, md, id, fence)
+		if err != nil {
+			return recoveredTail{}, fmt.Errorf("%w: ledger %d: read entry %d: %w", ErrRecovery, lh.id, id, err)
+		}
+		if e == nil {
+			break // missing on enough bookies: nothing at or after it was ever acknowledged
+		}
+		if err := lh.recoveryAdd(ctx, w, e, lac); err != nil {
+			return recoveredTail{}, fmt.Errorf("%w: ledger %d: re-add entry %d: %w", ErrRecovery, lh.id, id, err)
+		}
+		tail.lastEntry, tail.length = id, e.Length
+	}
+	tail.written = w.written
+	return tail, nil
 }
 
 func (lh *Ledger) setMetadata(md *metadata.LedgerMetadata, version metadata.Version) {
@@ -118,17 +153,21 @@ func (lh *Ledger) setMetadata(md *metadata.LedgerMetadata, version metadata.Vers
 	}
 }
 
-// recoveryRead reads entry id with fencing reads from its whole write quorum. It returns the
-// entry, or nil if at least Qw−Qa+1 bookies say it is missing; otherwise (too many errors or
-// unreachable bookies to tell) an error.
-func (lh *Ledger) recoveryRead(ctx context.Context, md *metadata.LedgerMetadata, id int64) (*Entry, error) {
+// recoveryRead reads entry id from its whole write quorum, with fencing reads if fence. It
+// returns the entry, or nil if at least Qw−Qa+1 bookies say it is missing; otherwise (too many
+// errors, damaged copies or unreachable bookies to tell) an error.
+func (lh *Ledger) recoveryRead(ctx context.Context, md *metadata.LedgerMetadata, id int64, fence bool) (*Entry, error) {
 	replicas, err := writeSet(md, id)
 	if err != nil {
 		return nil, err
 	}
+	flags, key := protocol.FlagHighPriority, (*[20]byte)(nil)
+	if fence {
+		flags, key = flags|protocol.FlagDoFencing, &lh.key
+	}
 	ch := make(chan readResult, len(replicas))
 	for i, b := range replicas {
-		lh.c.cfg.dial(b).Read(lh.id, id, protocol.FlagDoFencing|protocol.FlagHighPriority, &lh.key, readResponse, &readCtx{ch: ch, replica: i})
+		lh.c.cfg.dial(b).Read(lh.id, id, flags, key, readResponse, &readCtx{ch: ch, replica: i})
 	}
 	missingNeeded := md.WriteQuorumSize - md.AckQuorumSize + 1
 	missing := 0

@@ -91,11 +91,12 @@ func shellLedgerCommand() *cobra.Command {
 		Short: "Append entries (the arguments, or lines of stdin) to an open ledger whose writer has gone away",
 		Long: `Appends each argument as one entry; with no entry arguments, each line of stdin (all of it is
 read first: a line longer than the largest entry fails the command with nothing appended). The ledger
-must be open (for example made by "ledger create") and its writer gone: the shell writes through a
-fresh handle that continues after the ledger's last stored entry. It fences nothing (a fenced ledger
-takes no more adds), so it must not be used on a ledger another writer is still writing: both
-would have entries acknowledged under the same ids, and one writer's would be lost. To end such a
-ledger, use "ledger read --recover".`,
+must be open (for example made by "ledger create") and its writer gone: the shell first recovers the
+entries past the ledger's last add confirmed (each one found is copied to its whole write quorum, up
+to the first one missing on enough bookies), then writes through a fresh handle that continues after
+the last one. It fences nothing (a fenced ledger takes no more adds), so it must not be used on a
+ledger another writer is still writing: both would have entries acknowledged under the same ids,
+and one writer's would be lost. To end such a ledger, use "ledger read --recover".`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return md.withLedger(cmd.Context(), args[0], func(cl *client.Client, id int64) error {
