@@ -74,7 +74,7 @@ func (l *loopbackConn) Add(_, _ int64, _ *[20]byte, _ protocol.Flags, _ [][]byte
 	l.adds = append(l.adds, loopbackAdd{cb, ctx})
 }
 
-func (l *loopbackConn) Read(_, _ int64, _ protocol.Flags, _ *[20]byte, cb transport.ReadCallback, ctx any) {
+func (l *loopbackConn) Read(_ context.Context, _, _ int64, _ protocol.Flags, _ *[20]byte, cb transport.ReadCallback, ctx any) {
 	cb(ctx, protocol.ENOENTRY, nil, nil)
 }
 

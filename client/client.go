@@ -73,10 +73,19 @@ func DefaultConfig(uri string) Config {
 	}
 }
 
-// bookieConn sends requests to one bookie; *transport.Conn is the real one.
+// bookieConn sends requests to one bookie; transportConn is the real one. A read's ctx is the
+// caller's: it ends the read's wait for room in a full send queue.
 type bookieConn interface {
-	Add(ledgerID, entryID int64, masterKey *[20]byte, flags protocol.Flags, entry [][]byte, cb transport.AddCallback, ctx any)
-	Read(ledgerID, entryID int64, flags protocol.Flags, masterKey *[20]byte, cb transport.ReadCallback, ctx any)
+	Add(ledgerID, entryID int64, masterKey *[20]byte, flags protocol.Flags, entry [][]byte, cb transport.AddCallback, cbCtx any)
+	Read(ctx context.Context, ledgerID, entryID int64, flags protocol.Flags, masterKey *[20]byte, cb transport.ReadCallback, cbCtx any)
+}
+
+// transportConn is a transport connection as a bookieConn.
+type transportConn struct{ *transport.Conn }
+
+func (t transportConn) Read(ctx context.Context, ledgerID, entryID int64, flags protocol.Flags, masterKey *[20]byte,
+	cb transport.ReadCallback, cbCtx any) {
+	t.Conn.ReadContext(ctx, ledgerID, entryID, flags, masterKey, cb, cbCtx)
 }
 
 // Client is a connection to a ringkeeper (or BookKeeper v2 protocol) cluster: the metadata
@@ -151,7 +160,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			md.Close()
 			return nil, err
 		}
-		c.cfg.dial = func(id string) bookieConn { return c.pool.Conn(c.bookieAddr(id)) }
+		c.cfg.dial = func(id string) bookieConn { return transportConn{c.pool.Conn(c.bookieAddr(id))} }
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	watch, err := md.Bookies().Watch(c.ctx)

@@ -39,7 +39,7 @@ func newClient(t testing.TB, c *cluster.Cluster, wrap func(addr string, conn boo
 			mu.Lock()
 			defer mu.Unlock()
 			if conns[addr] == nil {
-				conns[addr] = wrap(addr, pool.Conn(addr))
+				conns[addr] = wrap(addr, transportConn{pool.Conn(addr)})
 			}
 			return conns[addr]
 		}
@@ -83,7 +83,7 @@ func (f *faultConn) Add(ledgerID, entryID int64, masterKey *[20]byte, flags prot
 	f.inner.Add(ledgerID, entryID, masterKey, flags, entry, cb, ctx)
 }
 
-func (f *faultConn) Read(ledgerID, entryID int64, flags protocol.Flags, masterKey *[20]byte, cb transport.ReadCallback, ctx any) {
+func (f *faultConn) Read(rctx context.Context, ledgerID, entryID int64, flags protocol.Flags, masterKey *[20]byte, cb transport.ReadCallback, ctx any) {
 	f.mu.Lock()
 	fail := f.failFencingLAC && entryID == -1 && flags.Has(protocol.FlagDoFencing)
 	hold := f.holdReads && entryID >= 0 // LAC reads (entry -1) pass
@@ -112,7 +112,7 @@ func (f *faultConn) Read(ledgerID, entryID int64, flags protocol.Flags, masterKe
 			f.mu.Unlock()
 		}
 	}
-	f.inner.Read(ledgerID, entryID, flags, masterKey, cb, ctx)
+	f.inner.Read(rctx, ledgerID, entryID, flags, masterKey, cb, ctx)
 }
 
 func (f *faultConn) releaseAdds() {

@@ -244,7 +244,7 @@ func readCopy(t *testing.T, cl *Client, lh *Ledger, bookie string, entry int64, 
 	got := make(chan readResult, 1)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		cl.cfg.dial(bookie).Read(lh.ID(), entry, 0, nil, readResponse, &readCtx{ch: got})
+		cl.cfg.dial(bookie).Read(context.Background(), lh.ID(), entry, 0, nil, readResponse, &readCtx{ch: got})
 		r := <-got
 		if r.err == nil && r.rc == protocol.EOK {
 			e, err := lh.dg.verify(r.entry, lh.ID(), entry)

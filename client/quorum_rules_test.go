@@ -113,7 +113,7 @@ func TestRecoveryNeverCountsErrorsAsMissing(t *testing.T) {
 						cb = order.after(2, entryID, cb)
 					}
 					// The bookie is asked all the same: a fencing read fences it first.
-					conn.Read(lh.ID(), entryID, flags, &lh.key, cb, ctx)
+					conn.Read(context.Background(), lh.ID(), entryID, flags, &lh.key, cb, ctx)
 					return true
 				}
 				return s
@@ -181,7 +181,7 @@ func TestRecoveryStopsAtTheFirstMissingEntry(t *testing.T) {
 			} else {
 				cb = order.counted(entryID, cb, nil)
 			}
-			conn.Read(lh.ID(), entryID, flags, &lh.key, cb, ctx)
+			conn.Read(context.Background(), lh.ID(), entryID, flags, &lh.key, cb, ctx)
 			return true
 		}
 		return s
@@ -515,7 +515,7 @@ func TestConcurrentRecoverersWithDifferentEnds(t *testing.T) {
 				default:
 					cb = order.after(2, entryID, cb)
 				}
-				conn.Read(lh.ID(), entryID, flags, &lh.key, cb, ctx)
+				conn.Read(context.Background(), lh.ID(), entryID, flags, &lh.key, cb, ctx)
 				return true
 			}
 			if holdAdds != nil {

@@ -117,7 +117,7 @@ func (lh *Ledger) readReplicas(ctx context.Context, md *metadata.LedgerMetadata,
 	ch := make(chan readResult, len(replicas))
 	sent := 0
 	send := func() {
-		lh.c.cfg.dial(replicas[sent]).Read(lh.id, entryID, 0, nil, readResponse, &readCtx{ch: ch, replica: sent})
+		lh.c.cfg.dial(replicas[sent]).Read(ctx, lh.id, entryID, 0, nil, readResponse, &readCtx{ch: ch, replica: sent})
 		sent++
 	}
 	send()
@@ -313,7 +313,7 @@ func (lh *Ledger) readLAC(ctx context.Context, md *metadata.LedgerMetadata, fenc
 		flags, key = protocol.FlagDoFencing|protocol.FlagHighPriority, &lh.key
 	}
 	for i, b := range last.Bookies {
-		lh.c.cfg.dial(b).Read(lh.id, -1, flags, key, readResponse, &readCtx{ch: ch, replica: i})
+		lh.c.cfg.dial(b).Read(ctx, lh.id, -1, flags, key, readResponse, &readCtx{ch: ch, replica: i})
 	}
 	known := make([]bool, n)
 	res := lacResult{lac: -1}

@@ -162,11 +162,11 @@ type misdirectedReads struct {
 	to func(ledgerID, entryID int64) (int64, int64)
 }
 
-func (m *misdirectedReads) Read(ledgerID, entryID int64, flags protocol.Flags, key *[20]byte, cb transport.ReadCallback, ctx any) {
+func (m *misdirectedReads) Read(rctx context.Context, ledgerID, entryID int64, flags protocol.Flags, key *[20]byte, cb transport.ReadCallback, ctx any) {
 	if entryID >= 0 {
 		ledgerID, entryID = m.to(ledgerID, entryID)
 	}
-	m.bookieConn.Read(ledgerID, entryID, flags, key, cb, ctx)
+	m.bookieConn.Read(rctx, ledgerID, entryID, flags, key, cb, ctx)
 }
 
 // TestMisdirectedEntriesAreRejected: of a (3,3,2) ledger's bookies, one answers with the

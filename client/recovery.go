@@ -167,7 +167,7 @@ func (lh *Ledger) recoveryRead(ctx context.Context, md *metadata.LedgerMetadata,
 	}
 	ch := make(chan readResult, len(replicas))
 	for i, b := range replicas {
-		lh.c.cfg.dial(b).Read(lh.id, id, flags, key, readResponse, &readCtx{ch: ch, replica: i})
+		lh.c.cfg.dial(b).Read(ctx, lh.id, id, flags, key, readResponse, &readCtx{ch: ch, replica: i})
 	}
 	missingNeeded := md.WriteQuorumSize - md.AckQuorumSize + 1
 	missing := 0

@@ -26,11 +26,11 @@ type scriptConn struct {
 	add  func(entryID int64, flags protocol.Flags, send func(), cb transport.AddCallback, ctx any) (handled bool)
 }
 
-func (s *scriptConn) Read(ledgerID, entryID int64, flags protocol.Flags, key *[20]byte, cb transport.ReadCallback, ctx any) {
+func (s *scriptConn) Read(rctx context.Context, ledgerID, entryID int64, flags protocol.Flags, key *[20]byte, cb transport.ReadCallback, ctx any) {
 	if s.read != nil && s.read(entryID, flags, cb, ctx) {
 		return
 	}
-	s.bookieConn.Read(ledgerID, entryID, flags, key, cb, ctx)
+	s.bookieConn.Read(rctx, ledgerID, entryID, flags, key, cb, ctx)
 }
 
 func (s *scriptConn) Add(ledgerID, entryID int64, key *[20]byte, flags protocol.Flags, entry [][]byte, cb transport.AddCallback, ctx any) {

@@ -593,7 +593,8 @@ func TestBookiesRestartedMidFence(t *testing.T) {
 // connection.
 type blackHole struct{ bookieConn }
 
-func (blackHole) Read(int64, int64, protocol.Flags, *[20]byte, transport.ReadCallback, any) {}
+func (blackHole) Read(context.Context, int64, int64, protocol.Flags, *[20]byte, transport.ReadCallback, any) {
+}
 func (blackHole) Add(int64, int64, *[20]byte, protocol.Flags, [][]byte, transport.AddCallback, any) {
 }
 

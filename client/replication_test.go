@@ -134,7 +134,7 @@ func copiesOn(t *testing.T, cl *Client, lh *Ledger, ws []string, e int64, victim
 	for _, b := range ws {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			cl.cfg.dial(b).Read(lh.ID(), e, 0, nil, readResponse, &readCtx{ch: ch})
+			cl.cfg.dial(b).Read(context.Background(), lh.ID(), e, 0, nil, readResponse, &readCtx{ch: ch})
 			r := <-ch
 			retry := r.err != nil || (!victims[b] && isMissing(r.rc))
 			if retry && time.Now().Before(deadline) {

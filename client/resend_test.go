@@ -33,8 +33,8 @@ func (c *checkConn) Add(ledgerID, entryID int64, masterKey *[20]byte, flags prot
 	c.inner.Add(ledgerID, entryID, masterKey, flags, entry, cb, ctx)
 }
 
-func (c *checkConn) Read(ledgerID, entryID int64, flags protocol.Flags, masterKey *[20]byte, cb transport.ReadCallback, ctx any) {
-	c.inner.Read(ledgerID, entryID, flags, masterKey, cb, ctx)
+func (c *checkConn) Read(rctx context.Context, ledgerID, entryID int64, flags protocol.Flags, masterKey *[20]byte, cb transport.ReadCallback, ctx any) {
+	c.inner.Read(rctx, ledgerID, entryID, flags, masterKey, cb, ctx)
 }
 
 // slowPlacement is RandomPlacement with a slow Replace.

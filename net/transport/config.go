@@ -127,8 +127,8 @@ type Config struct {
 	// MaxQueuedBytesPerConn bounds the bytes of encoded requests waiting for a connection's
 	// writer (while connecting, or while the socket is slower than the callers). A request
 	// that does not fit blocks the caller until the writer has taken the queue, the
-	// connection fails, or the request's own timeout passes (then ErrTimeout). It must be at
-	// least MaxFrameSize. Default DefaultMaxQueuedBytesPerConn.
+	// connection fails, or the request's own timeout passes (then ErrTimeout), or, for
+	// ReadContext, its context ends. It must be at least MaxFrameSize. Default DefaultMaxQueuedBytesPerConn.
 	MaxQueuedBytesPerConn int
 	// Logger receives the transport's logs. Default slog.Default().
 	Logger *slog.Logger

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -202,7 +203,7 @@ func (c *Conn) Add(ledgerID, entryID int64, masterKey *[protocol.MasterKeyLength
 		c.p.failAsync(r, ErrBadRequest)
 		return
 	}
-	c.submit(r, &f, c.p.cfg.AddTimeout)
+	c.submit(context.Background(), r, &f, c.p.cfg.AddTimeout)
 }
 
 // entryIDs reads the ledger and entry ids at the start of a stored entry given as parts
@@ -224,9 +225,18 @@ func entryIDs(parts [][]byte) (ledgerID, entryID int64) {
 // it masterKey is ignored. flags may also carry protocol.FlagHighPriority.
 func (c *Conn) Read(ledgerID, entryID int64, flags protocol.Flags, masterKey *[protocol.MasterKeyLength]byte,
 	cb ReadCallback, ctx any) {
+	c.ReadContext(context.Background(), ledgerID, entryID, flags, masterKey, cb, ctx)
+}
+
+// ReadContext is Read whose caller, if it blocks on a full queue (see
+// Config.MaxQueuedBytesPerConn), also stops waiting when ctx ends: the read then fails with
+// ctx.Err(), unsent. ctx bounds that wait only; a read that was queued runs to its response or
+// timeout. cbCtx is passed to cb.
+func (c *Conn) ReadContext(ctx context.Context, ledgerID, entryID int64, flags protocol.Flags,
+	masterKey *[protocol.MasterKeyLength]byte, cb ReadCallback, cbCtx any) {
 	r := getRequest()
 	r.key = reqKey{ledgerID: ledgerID, entryID: entryID, op: protocol.OpReadEntry}
-	r.read, r.ctx, r.kind = cb, ctx, flags&kindFlags
+	r.read, r.ctx, r.kind = cb, cbCtx, flags&kindFlags
 	f := frame{op: protocol.OpReadEntry, flags: flags, ledgerID: ledgerID, entryID: entryID}
 	if flags.Has(protocol.FlagDoFencing) {
 		if masterKey == nil {
@@ -239,13 +249,14 @@ func (c *Conn) Read(ledgerID, entryID int64, flags protocol.Flags, masterKey *[p
 	if f.key != nil {
 		f.size += protocol.MasterKeyLength
 	}
-	c.submit(r, &f, c.p.cfg.ReadTimeout)
+	c.submit(ctx, r, &f, c.p.cfg.ReadTimeout)
 }
 
 // submit queues the encoded request and registers it as pending, starting a connection if
 // there is none. It may block while the queue is over MaxQueuedBytesPerConn (at most until
-// the request's timeout). Held requests (see pendingSet) count as queued bytes.
-func (c *Conn) submit(r *request, f *frame, timeout time.Duration) {
+// the request's timeout, or until ctx ends). Held requests (see pendingSet) count as queued
+// bytes.
+func (c *Conn) submit(ctx context.Context, r *request, f *frame, timeout time.Duration) {
 	now := monotime.Now()
 	expiry := now + min(int64(timeout), math.MaxInt64-now)
 	waited := false
@@ -262,7 +273,7 @@ func (c *Conn) submit(r *request, f *frame, timeout time.Duration) {
 			// A ledger kept this connection while the pool forgot it: the pool's connection to
 			// the address takes the request (this one again, if there is none).
 			c.mu.Unlock()
-			c.p.adopt(c).submit(r, f, timeout)
+			c.p.adopt(c).submit(ctx, r, f, timeout)
 			return
 		case stateClosed:
 			c.mu.Unlock()
@@ -295,7 +306,11 @@ func (c *Conn) submit(r *request, f *frame, timeout time.Duration) {
 				waited = true
 				c.p.blocked.Add(1) // under c.mu, state not closed: before Close's Wait
 			}
-			c.waitSpaceUnlock(time.Duration(expiry - now))
+			c.waitSpaceUnlock(ctx.Done(), time.Duration(expiry-now))
+			if err := ctx.Err(); err != nil {
+				c.p.failAsync(r, err)
+				return
+			}
 			now = monotime.Now()
 			continue
 		}
@@ -343,8 +358,9 @@ func (c *Conn) forget(now int64) bool {
 }
 
 // waitSpaceUnlock releases the mutex and waits until the writer takes the queue, the
-// connection fails or closes, or d passes. Only a blocked caller allocates here.
-func (c *Conn) waitSpaceUnlock(d time.Duration) {
+// connection fails or closes, d passes or done is closed. Only a blocked caller allocates
+// here.
+func (c *Conn) waitSpaceUnlock(done <-chan struct{}, d time.Duration) {
 	if c.space == nil {
 		c.space = make(chan struct{})
 	}
@@ -356,6 +372,7 @@ func (c *Conn) waitSpaceUnlock(d time.Duration) {
 	case <-ch:
 	case <-t.C:
 	case <-c.p.closing:
+	case <-done:
 	}
 }
 

@@ -101,7 +101,8 @@
 // MaxQueuedBytesPerConn bounds the encoded bytes waiting for the writer. A request that does
 // not fit blocks its caller (the one place Add and Read block) until the writer takes the
 // queue, the connection fails, the pool closes, or the request's own timeout passes, in which
-// case it fails with ErrTimeout. Blocking is the natural backpressure of a socket slower than
+// case it fails with ErrTimeout; a ReadContext also stops waiting when its context ends, and
+// fails unsent with the context's error. Blocking is the natural backpressure of a socket slower than
 // its callers; the timeout bounds it, so a caller blocked while holding a lock that a
 // callback needs cannot deadlock the connection for longer than that.
 //

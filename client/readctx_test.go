@@ -1,0 +1,123 @@
+package client
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/metadata"
+	"github.com/ringkeeper/ringkeeper/net/protocol"
+	"github.com/ringkeeper/ringkeeper/net/transport"
+)
+
+// silentBookie accepts connections and never answers anything: with an AuthPlugin set, a
+// client's connection to it stays in its AUTH exchange and its requests stay queued.
+func silentBookie(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, nc)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, nc := range conns {
+			_ = nc.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// offlineLedger is a read handle on a (1,1,1) ledger stored on bookie, with metadata md
+// (nil: closed at entry 9) and a client that has a real transport but no metadata service:
+// enough for reads that never refresh the metadata.
+func offlineLedger(t *testing.T, tc transport.Config, bookie string, md *metadata.LedgerMetadata) (*Ledger, *transport.Pool) {
+	t.Helper()
+	tc.Logger = slog.New(slog.DiscardHandler)
+	pool, err := transport.NewPool(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Close() })
+	cfg := DefaultConfig("")
+	cfg.Transport = tc
+	cfg.dial = func(addr string) bookieConn { return transportConn{pool.Conn(addr)} }
+	cl := &Client{cfg: cfg, log: tc.Logger}
+	if md == nil {
+		md = &metadata.LedgerMetadata{
+			EnsembleSize: 1, WriteQuorumSize: 1, AckQuorumSize: 1, State: metadata.StateClosed, LastEntryID: 9,
+			Ensembles: []metadata.Ensemble{{FirstEntryID: 0, Bookies: []string{bookie}}}, DigestType: DigestCRC32C,
+			Password: password,
+		}
+	}
+	lh, err := newLedger(cl, 1, md, 1, password, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lh, pool
+}
+
+// fillSendQueue queues one add on the connection to bookie that takes its whole
+// MaxQueuedBytesPerConn (frameSize), so that the next request blocks its caller.
+func fillSendQueue(pool *transport.Pool, bookie string, frameSize int) {
+	entry := make([]byte, frameSize-protocol.LengthPrefixSize-protocol.HeaderSize-protocol.MasterKeyLength)
+	binary.BigEndian.PutUint64(entry[0:], 1)
+	binary.BigEndian.PutUint64(entry[8:], 1000)
+	key := MasterKey(password)
+	pool.Conn(bookie).Add(1, 1000, &key, 0, [][]byte{entry}, func(any, protocol.ReturnCode, error) {}, nil)
+}
+
+// TestReadBlockedOnAFullSendQueueHonoursItsContext: the connection to the only replica waits
+// for its AUTH response with a full send queue, so the transport blocks the read's send until
+// the read timeout. Read and ReadLastAddConfirmed must still return when their context ends,
+// not a read timeout later.
+func TestReadBlockedOnAFullSendQueueHonoursItsContext(t *testing.T) {
+	bookie := silentBookie(t)
+	tc := transport.Config{AuthPlugin: "plug", MaxFrameSize: 4096, MaxQueuedBytesPerConn: 4096,
+		ReadTimeout: 5 * time.Second, AddTimeout: 30 * time.Second, DialTimeout: 30 * time.Second}
+	closed, pool := offlineLedger(t, tc, bookie, nil)
+	fillSendQueue(pool, bookie, 4096)
+
+	open := closed.Metadata()
+	open.State, open.LastEntryID = metadata.StateOpen, metadata.NoEntry
+	tailing, err := newLedger(closed.c, 1, open, 1, password, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, read := range map[string]func(context.Context) error{
+		"Read":                 func(ctx context.Context) error { _, err := closed.Read(ctx, 0, 0); return err },
+		"ReadLastAddConfirmed": func(ctx context.Context) error { _, err := tailing.ReadLastAddConfirmed(ctx); return err },
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		start := time.Now()
+		err := read(ctx)
+		took := time.Since(start)
+		cancel()
+		if took > 2*time.Second || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s with a 200ms context, its send blocked on a full queue: returned after %v with %v",
+				name, took.Round(time.Millisecond), err)
+		}
+	}
+}
