@@ -2,12 +2,14 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"time"
 
 	"github.com/ringkeeper/ringkeeper/metadata"
 	"github.com/ringkeeper/ringkeeper/net/protocol"
+	"github.com/ringkeeper/ringkeeper/net/transport"
 )
 
 // readResult is one bookie's answer to a read.
@@ -48,6 +50,19 @@ func writeSet(md *metadata.LedgerMetadata, entryID int64) ([]string, error) {
 
 func isMissing(rc protocol.ReturnCode) bool {
 	return rc == protocol.ENOENTRY || rc == protocol.ENOLEDGER
+}
+
+// replicaErr is the error of a read that bookie failed: r.err, or an rc that is neither EOK
+// nor missing. It is ErrClosed once this client is closed: no bookie failed, and none can
+// answer any more.
+func replicaErr(bookie string, r readResult) error {
+	if errors.Is(r.err, transport.ErrClosed) {
+		return fmt.Errorf("%w: %w", ErrClosed, r.err)
+	}
+	if r.err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrBookieUnavailable, bookie, r.err)
+	}
+	return fmt.Errorf("%w: %s: rc %v", ErrBookieUnavailable, bookie, r.rc)
 }
 
 // metadataRecheck is how often, at most, a read handle of an open ledger re-reads its
@@ -148,7 +163,11 @@ func (lh *Ledger) readReplicas(ctx context.Context, md *metadata.LedgerMetadata,
 			case r.err == nil && r.rc == protocol.EUA:
 				firstErr = cmpErr(firstErr, ErrUnauthorized)
 			default:
-				firstErr = cmpErr(firstErr, fmt.Errorf("%w: %s: rc %v: %v", ErrBookieUnavailable, replicas[r.replica], r.rc, r.err))
+				err := replicaErr(replicas[r.replica], r)
+				if errors.Is(err, ErrClosed) {
+					return Entry{}, err
+				}
+				firstErr = cmpErr(firstErr, err)
 			}
 			if sent < len(replicas) {
 				send()
@@ -357,7 +376,11 @@ func (lh *Ledger) readLAC(ctx context.Context, md *metadata.LedgerMetadata, fenc
 			case r.err == nil && r.rc == protocol.EUA:
 				return res, fmt.Errorf("%w: ledger %d", ErrUnauthorized, lh.id)
 			default:
-				firstErr = cmpErr(firstErr, fmt.Errorf("%w: %s: rc %v: %v", ErrBookieUnavailable, last.Bookies[r.replica], r.rc, r.err))
+				err := replicaErr(last.Bookies[r.replica], r)
+				if errors.Is(err, ErrClosed) {
+					return res, err
+				}
+				firstErr = cmpErr(firstErr, err)
 			}
 			if covered() {
 				return res, nil

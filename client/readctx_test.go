@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
 	"github.com/ringkeeper/ringkeeper/metadata"
 	"github.com/ringkeeper/ringkeeper/net/protocol"
 	"github.com/ringkeeper/ringkeeper/net/transport"
@@ -119,5 +120,25 @@ func TestReadBlockedOnAFullSendQueueHonoursItsContext(t *testing.T) {
 			t.Errorf("%s with a 200ms context, its send blocked on a full queue: returned after %v with %v",
 				name, took.Round(time.Millisecond), err)
 		}
+	}
+}
+
+// TestReadsAfterClientCloseFailWithErrClosed: once the client is closed its reads fail with
+// ErrClosed, as its adds do: no bookie failed, and a caller that takes ErrBookieUnavailable
+// or ErrNotEnoughBookies for an outage would retry a client that can never answer.
+func TestReadsAfterClientCloseFailWithErrClosed(t *testing.T) {
+	c := clustertest.Start(t, 1)
+	cl := newClient(t, c, nil)
+	lh := createLedger(t, cl, 1, 1, 1)
+	appendN(t, lh, 2)
+	if err := cl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := lh.Read(ctx, 0, 1); !errors.Is(err, ErrClosed) {
+		t.Errorf("Read after Close: %v, want ErrClosed", err)
+	}
+	if _, err := lh.ReadLastAddConfirmed(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("ReadLastAddConfirmed after Close: %v, want ErrClosed", err)
 	}
 }

@@ -192,7 +192,11 @@ func (lh *Ledger) recoveryRead(ctx context.Context, md *metadata.LedgerMetadata,
 			case r.err == nil && r.rc == protocol.EUA:
 				return nil, ErrUnauthorized
 			default:
-				firstErr = cmpErr(firstErr, fmt.Errorf("%w: %s: rc %v: %v", ErrBookieUnavailable, replicas[r.replica], r.rc, r.err))
+				err := replicaErr(replicas[r.replica], r)
+				if errors.Is(err, ErrClosed) {
+					return nil, err
+				}
+				firstErr = cmpErr(firstErr, err)
 			}
 		case <-ctx.Done():
 			return nil, ctx.Err()
