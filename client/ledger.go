@@ -30,8 +30,10 @@ type Ledger struct {
 	readOnly bool
 	macs     sync.Pool // HMAC states for DigestHMAC
 
-	// refreshMu serialises a read handle's metadata refreshes (refreshMetadata).
-	refreshMu sync.Mutex
+	// refreshing serialises a read handle's metadata refreshes (refreshMetadata): a one-slot
+	// semaphore, not a mutex, so that a caller waiting behind another's refresh still returns
+	// when its own context ends.
+	refreshing chan struct{}
 
 	// mu guards the fields below.
 	mu      sync.Mutex
@@ -128,7 +130,7 @@ func newLedger(c *Client, id int64, md *metadata.LedgerMetadata, version metadat
 	}
 	lh := &Ledger{
 		c: c, id: id, password: append([]byte(nil), password...), key: MasterKey(password), dg: dg,
-		readOnly: readOnly, refreshedAt: time.Now(), lac: -1, toReplace: map[string]bool{}, replaced: map[string]int64{},
+		readOnly: readOnly, refreshing: make(chan struct{}, 1), refreshedAt: time.Now(), lac: -1, toReplace: map[string]bool{}, replaced: map[string]int64{},
 	}
 	lh.setMetadataLocked(md, version)
 	lh.idle = sync.NewCond(&lh.mu)

@@ -101,8 +101,12 @@ func (lh *Ledger) mayBeStale(md *metadata.LedgerMetadata) bool {
 // seen (another caller refreshed it meanwhile). changed says whether the handle's metadata is
 // now another than seen.
 func (lh *Ledger) refreshMetadata(ctx context.Context, seen *metadata.LedgerMetadata) (changed bool, err error) {
-	lh.refreshMu.Lock()
-	defer lh.refreshMu.Unlock()
+	select {
+	case lh.refreshing <- struct{}{}:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	defer func() { <-lh.refreshing }()
 	lh.mu.Lock()
 	cur := lh.md
 	lh.mu.Unlock()

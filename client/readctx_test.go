@@ -142,3 +142,61 @@ func TestReadsAfterClientCloseFailWithErrClosed(t *testing.T) {
 		t.Errorf("ReadLastAddConfirmed after Close: %v, want ErrClosed", err)
 	}
 }
+
+// stallingLedgers is a metadata service whose ledger reads hang until their context ends.
+type stallingLedgers struct {
+	metadata.Driver
+	metadata.LedgerStore
+	reads chan struct{} // one value per read begun
+}
+
+func (s *stallingLedgers) Ledgers() metadata.LedgerStore { return s }
+
+func (s *stallingLedgers) Read(ctx context.Context, id int64) (*metadata.LedgerMetadata, metadata.Version, error) {
+	s.reads <- struct{}{}
+	<-ctx.Done()
+	return nil, 0, ctx.Err()
+}
+
+// TestReadWaitingForAnotherCallersMetadataRefreshHonoursItsContext: two reads of an open
+// ledger fail on its only bookie (down), so each re-reads the metadata, which hangs (the
+// metadata service is unreachable). The first read's context has no deadline; the second
+// one's has, and it must return (with the bookie's error) at it, not wait for the first
+// read's refresh to end.
+func TestReadWaitingForAnotherCallersMetadataRefreshHonoursItsContext(t *testing.T) {
+	down, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bookie := down.Addr().String()
+	_ = down.Close()
+	md := &metadata.LedgerMetadata{
+		EnsembleSize: 1, WriteQuorumSize: 1, AckQuorumSize: 1, State: metadata.StateOpen, LastEntryID: metadata.NoEntry,
+		Ensembles: []metadata.Ensemble{{FirstEntryID: 0, Bookies: []string{bookie}}}, DigestType: DigestCRC32C,
+		Password: password,
+	}
+	rh, _ := offlineLedger(t, transport.Config{}, bookie, md)
+	stalling := &stallingLedgers{reads: make(chan struct{}, 2)}
+	rh.c.md = stalling
+	rh.lac = 5 // as a LAC read would have learned
+
+	first, cancelFirst := context.WithCancel(context.Background())
+	firstDone := make(chan error, 1)
+	go func() { _, err := rh.Read(first, 0, 0); firstDone <- err }()
+	defer func() { cancelFirst(); <-firstDone }()
+	<-stalling.reads // the first read's refresh hangs
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	second := make(chan error, 1)
+	start := time.Now()
+	go func() { _, err := rh.Read(ctx, 0, 0); second <- err }()
+	select {
+	case err := <-second:
+		if err == nil {
+			t.Fatal("second read of an entry on a bookie that is down succeeded")
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatalf("second read, with a 200ms context, still blocked after %v behind the first read's refresh", time.Since(start).Round(time.Millisecond))
+	}
+}
