@@ -167,6 +167,9 @@ func (lh *Ledger) readReplicas(ctx context.Context, md *metadata.LedgerMetadata,
 			case r.err == nil && r.rc == protocol.EUA:
 				firstErr = cmpErr(firstErr, ErrUnauthorized)
 			default:
+				if ctx.Err() != nil { // the caller gave up: a send its ctx cut short failed, no bookie
+					return Entry{}, ctx.Err()
+				}
 				err := replicaErr(replicas[r.replica], r)
 				if errors.Is(err, ErrClosed) {
 					return Entry{}, err
@@ -380,6 +383,9 @@ func (lh *Ledger) readLAC(ctx context.Context, md *metadata.LedgerMetadata, fenc
 			case r.err == nil && r.rc == protocol.EUA:
 				return res, fmt.Errorf("%w: ledger %d", ErrUnauthorized, lh.id)
 			default:
+				if ctx.Err() != nil { // the caller gave up: a send its ctx cut short failed, no bookie
+					return res, ctx.Err()
+				}
 				err := replicaErr(last.Bookies[r.replica], r)
 				if errors.Is(err, ErrClosed) {
 					return res, err

@@ -200,3 +200,34 @@ func TestReadWaitingForAnotherCallersMetadataRefreshHonoursItsContext(t *testing
 		t.Fatalf("second read, with a 200ms context, still blocked after %v behind the first read's refresh", time.Since(start).Round(time.Millisecond))
 	}
 }
+
+// cutShort is a bookie connection on which every read blocks on a full send queue until its
+// context ends, then fails with the context's error (as transport.Conn.ReadContext does).
+type cutShort struct{ bookieConn }
+
+func (cutShort) Read(ctx context.Context, _, _ int64, _ protocol.Flags, _ *[20]byte, cb transport.ReadCallback, cbCtx any) {
+	<-ctx.Done()
+	cb(cbCtx, 0, nil, ctx.Err())
+}
+
+// TestReadCutShortByItsContextFailsWithTheContextsError: a read whose sends its context cut
+// short fails with the context's error, not with ErrBookieUnavailable: no bookie failed. The
+// failed send's answer and the end of the context reach the read together; whichever it sees
+// first, the error is the same.
+func TestReadCutShortByItsContextFailsWithTheContextsError(t *testing.T) {
+	md := &metadata.LedgerMetadata{
+		EnsembleSize: 3, WriteQuorumSize: 3, AckQuorumSize: 2, State: metadata.StateClosed, LastEntryID: 9,
+		Ensembles:  []metadata.Ensemble{{FirstEntryID: 0, Bookies: []string{"b0:1", "b1:1", "b2:1"}}},
+		DigestType: DigestCRC32C, Password: password,
+	}
+	lh, _ := offlineLedger(t, transport.Config{}, "", md)
+	lh.c.cfg.dial = func(string) bookieConn { return cutShort{} }
+	for range 32 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		_, err := lh.Read(ctx, 0, 0)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("read cut short by its context: %v, want context.DeadlineExceeded", err)
+		}
+	}
+}

@@ -192,6 +192,9 @@ func (lh *Ledger) recoveryRead(ctx context.Context, md *metadata.LedgerMetadata,
 			case r.err == nil && r.rc == protocol.EUA:
 				return nil, ErrUnauthorized
 			default:
+				if ctx.Err() != nil { // the caller gave up: a send its ctx cut short failed, no bookie
+					return nil, ctx.Err()
+				}
 				err := replicaErr(replicas[r.replica], r)
 				if errors.Is(err, ErrClosed) {
 					return nil, err
