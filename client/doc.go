@@ -63,7 +63,9 @@
 //
 // A read goes to the replicas of the entry's write set one at a time, to the next one after
 // an error or after SpeculativeReadTimeout without an answer. Range reads and Entries keep
-// ReadWindow entries in flight.
+// ReadWindow entries in flight. Reads return when their ctx ends, a send blocked on a full
+// connection queue (transport.Conn.ReadContext) or a wait for another caller's metadata
+// refresh included, with the ctx's error; reads of a closed Client fail with ErrClosed.
 //
 // # Connections
 //
