@@ -74,7 +74,7 @@ func storedOn(t *testing.T, chk *Client, ledgerID, entry int64, bookie string) (
 		t.Fatal(err)
 	}
 	ch := make(chan readResult, 1)
-	chk.cfg.dial(bookie).Read(ledgerID, entry, 0, nil, readResponse, &readCtx{ch: ch})
+	chk.cfg.dial(bookie).Read(context.Background(), ledgerID, entry, 0, nil, readResponse, &readCtx{ch: ch})
 	r := <-ch
 	switch {
 	case r.err == nil && r.rc == protocol.EOK:
@@ -118,10 +118,10 @@ type delayedReads struct {
 	delay time.Duration
 }
 
-func (d delayedReads) Read(ledgerID, entryID int64, flags protocol.Flags, key *[20]byte, cb transport.ReadCallback, ctx any) {
+func (d delayedReads) Read(ctx context.Context, ledgerID, entryID int64, flags protocol.Flags, key *[20]byte, cb transport.ReadCallback, cbCtx any) {
 	go func() {
 		time.Sleep(d.delay)
-		d.bookieConn.Read(ledgerID, entryID, flags, key, cb, ctx)
+		d.bookieConn.Read(ctx, ledgerID, entryID, flags, key, cb, cbCtx)
 	}()
 }
 
@@ -328,16 +328,16 @@ type damagedEntry struct {
 	entry int64
 }
 
-func (d damagedEntry) Read(ledgerID, entryID int64, flags protocol.Flags, key *[20]byte, cb transport.ReadCallback, ctx any) {
+func (d damagedEntry) Read(ctx context.Context, ledgerID, entryID int64, flags protocol.Flags, key *[20]byte, cb transport.ReadCallback, cbCtx any) {
 	if entryID == d.entry {
 		inner := cb
-		cb = func(ctx any, rc protocol.ReturnCode, entry []byte, err error) {
+		cb = func(cbCtx any, rc protocol.ReturnCode, entry []byte, err error) {
 			if len(entry) > 0 {
 				entry = append([]byte(nil), entry...)
 				entry[len(entry)-1] ^= 0xff
 			}
-			inner(ctx, rc, entry, err)
+			inner(cbCtx, rc, entry, err)
 		}
 	}
-	d.bookieConn.Read(ledgerID, entryID, flags, key, cb, ctx)
+	d.bookieConn.Read(ctx, ledgerID, entryID, flags, key, cb, cbCtx)
 }
