@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -663,14 +664,26 @@ func (lh *Ledger) endChangeLocked() {
 // replaceBookies replaces each bookie of md's last ensemble that is in failed, from entry first
 // on (in that ensemble if it starts at first, else in a new one), with one the placement policy
 // picks outside excluded; with fallBack, outside failed only when that leaves none. md is
-// changed only if every replacement was found.
+// changed only if every replacement was found. The policy sees the positions that later
+// replacements fill as empty: a failed bookie is no neighbour to judge a replacement by (the
+// rack-aware policy put a write quorum on one rack, next to a failed bookie's rack).
 func (c *Client) replaceBookies(md *metadata.LedgerMetadata, first int64, failed, excluded map[string]bool, fallBack bool) error {
 	last, _ := md.LastEnsemble()
 	ens := slices.Clone(last.Bookies)
 	for i, b := range ens {
+		if failed[b] {
+			ens[i] = ""
+		}
+	}
+	ex := make(map[string]bool, len(excluded)+len(failed)) // the empty positions' bookies too
+	maps.Copy(ex, excluded)
+	maps.Copy(ex, failed)
+	excluded = ex
+	for i, b := range last.Bookies {
 		if !failed[b] {
 			continue
 		}
+		ens[i] = b // the bookie to take the place of
 		repl, err := c.cfg.Placement.Replace(ens, i, md.WriteQuorumSize, c.writableBookies(), excluded)
 		if fallBack && errors.Is(err, ErrNotEnoughBookies) && len(excluded) > len(failed) {
 			repl, err = c.cfg.Placement.Replace(ens, i, md.WriteQuorumSize, c.writableBookies(), failed)

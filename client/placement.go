@@ -13,7 +13,9 @@ import (
 type PlacementPolicy interface {
 	// NewEnsemble picks size bookies for a ledger whose write quorum is writeQuorum.
 	NewEnsemble(size, writeQuorum int, available []metadata.BookieInfo, excluded map[string]bool) ([]string, error)
-	// Replace picks a bookie to take the place of ensemble[index].
+	// Replace picks a bookie to take the place of ensemble[index]. Positions that other
+	// replacements of the same change will fill are empty strings (their bookies are in
+	// excluded).
 	Replace(ensemble []string, index, writeQuorum int, available []metadata.BookieInfo, excluded map[string]bool) (string, error)
 }
 

@@ -111,3 +111,30 @@ func TestPlacementHonoursAFullDisk(t *testing.T) {
 		t.Fatalf("an ensemble of all four bookies: %v, %v", ens, err)
 	}
 }
+
+// TestRackAwareReplacesSeveralBookiesOnTwoRacksPerWriteQuorum: E=4, Qw=2 on racks A, B, C,
+// ensemble [A1 B1 C1 B2]; B1 and C1 fail together (one ensemble change replaces both) and the
+// spares are C2 and A3. Only [A1 C2 A3 B2] keeps every write quorum on two racks. The first
+// replacement must not be judged against C1, which the second replaces: taking C1's rack for
+// staying ruled C2 out at position 1, and A3 put (0,1) on rack A.
+func TestRackAwareReplacesSeveralBookiesOnTwoRacksPerWriteQuorum(t *testing.T) {
+	p := RackAwarePlacement{Racks: map[string]string{}}
+	var avail []metadata.BookieInfo
+	for _, id := range []string{"A1:3181", "B1:3181", "C1:3181", "B2:3181", "C2:3181", "A3:3181"} {
+		p.Racks[id] = "/" + id[:1]
+		avail = append(avail, metadata.BookieInfo{ID: id, State: metadata.BookieWritable})
+	}
+	c := &Client{cfg: Config{Placement: p}, bookies: avail}
+	failed := map[string]bool{"B1:3181": true, "C1:3181": true}
+	for range 100 {
+		md := &metadata.LedgerMetadata{EnsembleSize: 4, WriteQuorumSize: 2, AckQuorumSize: 2,
+			Ensembles: []metadata.Ensemble{{FirstEntryID: 0, Bookies: []string{"A1:3181", "B1:3181", "C1:3181", "B2:3181"}}}}
+		if err := c.replaceBookies(md, 5, failed, failed, false); err != nil {
+			t.Fatal(err)
+		}
+		last, _ := md.LastEnsemble()
+		if q, bad := oneRackQuorum(p, last.Bookies, 2); bad {
+			t.Fatalf("replacing B1 and C1 gave %v, with the write quorum %v on one rack; want [A1 C2 A3 B2]", last.Bookies, q)
+		}
+	}
+}
