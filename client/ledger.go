@@ -583,7 +583,13 @@ func (lh *Ledger) changeEnsemble() {
 		lh.mu.Lock()
 		if err != nil {
 			lh.c.log.Error("ensemble change failed", "ledger", lh.id, "err", err)
-			lh.failLocked(ledgerErr(err, lh.id))
+			err = ledgerErr(err, lh.id)
+			if lh.c.ctx.Err() != nil && !errors.Is(err, ErrClosed) {
+				// Client.Close cut the change short (a metadata request in flight fails with
+				// the context's error): what is pending fails with ErrClosed, as elsewhere.
+				err = fmt.Errorf("%w: during an ensemble change: %w", ErrClosed, err)
+			}
+			lh.failLocked(err)
 			lh.endChangeLocked()
 			return
 		}

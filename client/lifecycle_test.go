@@ -195,6 +195,60 @@ func TestClientCloseFailsPendingAdds(t *testing.T) {
 	}
 }
 
+// hungUpdates is a metadata driver whose ledger updates hang until their context is done, then
+// fail as an etcd request cancelled in flight does.
+type hungUpdates struct {
+	metadata.Driver
+	entered chan struct{}
+	once    sync.Once
+}
+
+func (h *hungUpdates) Ledgers() metadata.LedgerStore { return hungLedgers{h.Driver.Ledgers(), h} }
+
+type hungLedgers struct {
+	metadata.LedgerStore
+	h *hungUpdates
+}
+
+func (l hungLedgers) Update(ctx context.Context, id int64, _ *metadata.LedgerMetadata, _ metadata.Version) (metadata.Version, error) {
+	l.h.once.Do(func() { close(l.h.entered) })
+	<-ctx.Done()
+	return 0, fmt.Errorf("metadata/etcd: update ledger %d: %w", id, ctx.Err())
+}
+
+// TestClientCloseDuringAnEnsembleChange: the client closes while an ensemble change is writing
+// the new ensemble into the metadata. The add the change held back must fail with ErrClosed,
+// as every add pending at Client.Close does, not with the metadata request's "context
+// canceled".
+func TestClientCloseDuringAnEnsembleChange(t *testing.T) {
+	c := clustertest.Start(t, 4)
+	var conns sync.Map
+	cl := newClient(t, c, wrapConns(&conns))
+	lh := createLedger(t, cl, 3, 3, 2)
+	hung := &hungUpdates{Driver: cl.md, entered: make(chan struct{})}
+	cl.md = hung
+	ens := lh.Metadata().Ensembles[0].Bookies
+	for _, b := range ens {
+		holdAdds(faultConnOf(t, cl, &conns, b))
+	}
+	result := make(chan error, 2)
+	lh.AppendAsync(payload(lh.ID(), 0), func(_ int64, err error) { result <- err })
+	time.Sleep(100 * time.Millisecond)
+	faultConnOf(t, cl, &conns, ens[2]).failAdds() // an ensemble change starts
+	<-hung.entered
+	if err := cl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-result:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("the add held back by the ensemble change: %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the add held back by the ensemble change was never called back")
+	}
+}
+
 func holdAdds(f *faultConn) {
 	f.mu.Lock()
 	f.holdAdds = true
