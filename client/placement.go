@@ -110,7 +110,7 @@ func withEnsemble(excluded map[string]bool, ensemble []string) map[string]bool {
 // RackAwarePlacement spreads every write quorum over at least MinRacksPerWriteQuorum racks
 // when the available bookies allow it, from a static bookie → rack map (bookies not in it are
 // in DefaultRack). With too few racks it still places the ensemble, as BookKeeper does when
-// enforceMinNumRacksPerWriteQuorum is off.
+// enforceMinNumRacksPerWriteQuorum is off, over as many racks as it can.
 type RackAwarePlacement struct {
 	Racks                  map[string]string
 	DefaultRack            string
@@ -157,23 +157,28 @@ func (p RackAwarePlacement) want(writeQuorum int) int {
 	return min(max(p.MinRacksPerWriteQuorum, 2), writeQuorum)
 }
 
-func (p RackAwarePlacement) pick(ensemble []string, i, writeQuorum int, cands []metadata.BookieInfo) (metadata.BookieInfo, []metadata.BookieInfo) {
-	want := p.want(writeQuorum)
-	var good []metadata.BookieInfo
-	for _, c := range cands {
-		if p.spreads(ensemble, i, writeQuorum, p.rack(c.ID), want) {
-			good = append(good, c)
+// pick picks the bookie for position i among cands: one that lets the write quorums through i
+// span want racks, or, where none does, as many racks as any allows (fewer racks than
+// MinRacksPerWriteQuorum must not leave a write quorum on a single rack).
+func (p RackAwarePlacement) pick(ensemble []string, i, writeQuorum, want int, cands []metadata.BookieInfo) (metadata.BookieInfo, []metadata.BookieInfo) {
+	for ; want > 1; want-- {
+		var good []metadata.BookieInfo
+		for _, c := range cands {
+			if p.spreads(ensemble, i, writeQuorum, p.rack(c.ID), want) {
+				good = append(good, c)
+			}
 		}
-	}
-	if len(good) > 0 {
-		b, _ := weightedPick(good)
-		return b, slices.DeleteFunc(slices.Clone(cands), func(c metadata.BookieInfo) bool { return c.ID == b.ID })
+		if len(good) > 0 {
+			b, _ := weightedPick(good)
+			return b, slices.DeleteFunc(slices.Clone(cands), func(c metadata.BookieInfo) bool { return c.ID == b.ID })
+		}
 	}
 	return weightedPick(cands)
 }
 
 // rackAwareTries bounds how many random greedy placements NewEnsemble tries for one that
-// spreads every write quorum; with racks too few for any, it returns the last one.
+// spreads every write quorum over want racks, before it tries one rack fewer (down to two);
+// with racks too few for any, it returns the last one.
 const rackAwareTries = 64
 
 // NewEnsemble implements PlacementPolicy.
@@ -183,23 +188,25 @@ func (p RackAwarePlacement) NewEnsemble(size, writeQuorum int, available []metad
 		return nil, fmt.Errorf("%w: need %d, %d writable", ErrNotEnoughBookies, size, len(all))
 	}
 	var ensemble []string
-	for range rackAwareTries { // the greedy choice can paint itself into a corner: try again
-		ensemble = make([]string, size)
-		cands := all
-		for i := range size {
-			var b metadata.BookieInfo
-			b, cands = p.pick(ensemble, i, writeQuorum, cands)
-			ensemble[i] = b.ID
-		}
-		ok := true
-		for i := range size {
-			if !p.spreads(ensemble, i, writeQuorum, p.rack(ensemble[i]), p.want(writeQuorum)) {
-				ok = false
-				break
+	for want := p.want(writeQuorum); want >= min(2, writeQuorum); want-- {
+		for range rackAwareTries { // the greedy choice can paint itself into a corner: try again
+			ensemble = make([]string, size)
+			cands := all
+			for i := range size {
+				var b metadata.BookieInfo
+				b, cands = p.pick(ensemble, i, writeQuorum, want, cands)
+				ensemble[i] = b.ID
 			}
-		}
-		if ok {
-			break
+			ok := true
+			for i := range size {
+				if !p.spreads(ensemble, i, writeQuorum, p.rack(ensemble[i]), want) {
+					ok = false
+					break
+				}
+			}
+			if ok {
+				return ensemble, nil
+			}
 		}
 	}
 	return ensemble, nil
@@ -213,6 +220,6 @@ func (p RackAwarePlacement) Replace(ensemble []string, index, writeQuorum int, a
 	}
 	e := slices.Clone(ensemble)
 	e[index] = ""
-	b, _ := p.pick(e, index, writeQuorum, cands)
+	b, _ := p.pick(e, index, writeQuorum, p.want(writeQuorum), cands)
 	return b.ID, nil
 }

@@ -87,6 +87,32 @@ func TestRackAwareReplaceKeepsEveryWriteQuorumOnTwoRacks(t *testing.T) {
 	}
 }
 
+// TestRackAwareFallsBackToTwoRacks: asked for three racks per write quorum with only two,
+// the policy must still keep each write quorum on two racks. E=Qw=3, ensemble [A0 A1 B0],
+// B0 replaced, spares A2, B1, B2: no replacement spans three racks, and A2 would put the
+// write quorum on rack A alone.
+func TestRackAwareFallsBackToTwoRacks(t *testing.T) {
+	p, avail := racks("AB", 3)
+	p.MinRacksPerWriteQuorum = 3
+	ens := []string{"A0:3181", "A1:3181", "B0:3181"}
+	for range 200 {
+		repl, err := p.Replace(ens, 2, 3, avail, map[string]bool{"B0:3181": true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.rack(repl) != "/B" || repl == "B0:3181" {
+			t.Fatalf("replacement %s of %s: want another bookie of rack /B", repl, ens[2])
+		}
+		next, err := p.NewEnsemble(3, 3, avail, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q, bad := oneRackQuorum(p, next, 3); bad {
+			t.Fatalf("new ensemble %v has the write quorum %v on one rack", next, q)
+		}
+	}
+}
+
 // TestPlacementHonoursAFullDisk: a bookie that reports its disk full is picked only when no
 // other is left, not weighted like an average bookie.
 func TestPlacementHonoursAFullDisk(t *testing.T) {
