@@ -53,16 +53,19 @@ func isMissing(rc protocol.ReturnCode) bool {
 }
 
 // replicaErr is the error of a read that bookie failed: r.err, or an rc that is neither EOK
-// nor missing. It is ErrClosed once this client is closed: no bookie failed, and none can
-// answer any more.
-func replicaErr(bookie string, r readResult) error {
-	if errors.Is(r.err, transport.ErrClosed) {
-		return fmt.Errorf("%w: %w", ErrClosed, r.err)
+// nor missing. final says the read should stop at once rather than try other replicas: the
+// caller's ctx ended (a send it cut short failed; no bookie did), its error is returned; or
+// this client is closed (no bookie failed, and none can answer any more), ErrClosed.
+func replicaErr(ctx context.Context, bookie string, r readResult) (final bool, err error) {
+	switch {
+	case ctx.Err() != nil:
+		return true, ctx.Err()
+	case errors.Is(r.err, transport.ErrClosed):
+		return true, fmt.Errorf("%w: %w", ErrClosed, r.err)
+	case r.err != nil:
+		return false, fmt.Errorf("%w: %s: %v", ErrBookieUnavailable, bookie, r.err)
 	}
-	if r.err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrBookieUnavailable, bookie, r.err)
-	}
-	return fmt.Errorf("%w: %s: rc %v", ErrBookieUnavailable, bookie, r.rc)
+	return false, fmt.Errorf("%w: %s: rc %v", ErrBookieUnavailable, bookie, r.rc)
 }
 
 // metadataRecheck is how often, at most, a read handle of an open ledger re-reads its
@@ -167,11 +170,8 @@ func (lh *Ledger) readReplicas(ctx context.Context, md *metadata.LedgerMetadata,
 			case r.err == nil && r.rc == protocol.EUA:
 				firstErr = cmpErr(firstErr, ErrUnauthorized)
 			default:
-				if ctx.Err() != nil { // the caller gave up: a send its ctx cut short failed, no bookie
-					return Entry{}, ctx.Err()
-				}
-				err := replicaErr(replicas[r.replica], r)
-				if errors.Is(err, ErrClosed) {
+				final, err := replicaErr(ctx, replicas[r.replica], r)
+				if final {
 					return Entry{}, err
 				}
 				firstErr = cmpErr(firstErr, err)
@@ -383,11 +383,8 @@ func (lh *Ledger) readLAC(ctx context.Context, md *metadata.LedgerMetadata, fenc
 			case r.err == nil && r.rc == protocol.EUA:
 				return res, fmt.Errorf("%w: ledger %d", ErrUnauthorized, lh.id)
 			default:
-				if ctx.Err() != nil { // the caller gave up: a send its ctx cut short failed, no bookie
-					return res, ctx.Err()
-				}
-				err := replicaErr(last.Bookies[r.replica], r)
-				if errors.Is(err, ErrClosed) {
+				final, err := replicaErr(ctx, last.Bookies[r.replica], r)
+				if final {
 					return res, err
 				}
 				firstErr = cmpErr(firstErr, err)

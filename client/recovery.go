@@ -192,11 +192,8 @@ func (lh *Ledger) recoveryRead(ctx context.Context, md *metadata.LedgerMetadata,
 			case r.err == nil && r.rc == protocol.EUA:
 				return nil, ErrUnauthorized
 			default:
-				if ctx.Err() != nil { // the caller gave up: a send its ctx cut short failed, no bookie
-					return nil, ctx.Err()
-				}
-				err := replicaErr(replicas[r.replica], r)
-				if errors.Is(err, ErrClosed) {
+				final, err := replicaErr(ctx, replicas[r.replica], r)
+				if final {
 					return nil, err
 				}
 				firstErr = cmpErr(firstErr, err)
