@@ -142,7 +142,11 @@
 // given) and keeps it alive from a goroutine. If its process dies, the lease
 // expires and etcd deletes the registration within about the TTL plus half a
 // second. If the lease is lost while the process lives (a long pause, a
-// partition), the registration is made again under a new lease. A second
+// partition), the registration is made again under a new lease: the key
+// moves from the old lease to the new one in one transaction, even if etcd
+// still holds the old lease alive, and only then is the old lease revoked
+// (best effort), so a healthy bookie never drops out of the registry waiting
+// for its own old lease. A second
 // process registering an id that a live lease holds waits for that lease to
 // expire (a restarted bookie whose previous process crashed), and fails with
 // [ErrBookieExists] if it does not.

@@ -84,3 +84,11 @@ func BehindLedgerWatch(ctx context.Context, d metadata.Driver, id, rev int64) (o
 	}
 	return ch, start, nil
 }
+
+// WrapLeaseAPI replaces the lease API of d's client (Grant, KeepAlive,
+// Revoke, ...) with wrap(original), to inject faults. Call it before d
+// grants any lease.
+func WrapLeaseAPI(d metadata.Driver, wrap func(clientv3.Lease) clientv3.Lease) {
+	cli := d.(*Driver).cli
+	cli.Lease = wrap(cli.Lease)
+}

@@ -229,16 +229,19 @@ type registration struct {
 	done   chan struct{} // closed when run returns
 }
 
-// establish grants a lease and claims the bookie's key with it. If another
-// lease holds the key, it gives its own lease back, waits for the other to
-// expire and tries again. The caller holds lock or owns g exclusively.
+// establish grants a lease and claims the bookie's key with it. A key still
+// bound to the registration's previous lease (g.lease, whose keep-alive ended
+// but which etcd may hold alive until its TTL runs out) is its own: it moves
+// to the new lease at once. If another lease holds the key, it gives its own
+// lease back, waits for the other to expire and tries again. The caller holds
+// lock or owns g exclusively.
 func (g *registration) establish(ctx context.Context) error {
 	for {
 		lresp, err := g.d.cli.Grant(ctx, g.ttl)
 		if err != nil {
 			return g.d.opErr("register bookie "+g.id, err)
 		}
-		err = g.claim(ctx, lresp.ID, g.info)
+		err = g.claim(ctx, lresp.ID, g.lease, g.info)
 		if err == nil {
 			g.lease = lresp.ID
 			return nil
@@ -268,9 +271,11 @@ func (e *heldError) Unwrap() error { return metadata.ErrBookieExists }
 
 // claim makes info the bookie's registration, bound to lease: it writes the
 // key for info.State and removes the key for the other state, in one
-// transaction conditional on what it read. If a key is bound to another
-// lease (another process's registration), it returns a *heldError.
-func (g *registration) claim(ctx context.Context, lease clientv3.LeaseID, info metadata.BookieInfo) error {
+// transaction conditional on what it read. Keys bound to prev (this
+// registration's previous lease; 0: none) are taken over. If a key is bound
+// to any other lease (another process's registration), it returns a
+// *heldError.
+func (g *registration) claim(ctx context.Context, lease, prev clientv3.LeaseID, info metadata.BookieInfo) error {
 	val, err := metadata.EncodeBookieInfo(info)
 	if err != nil {
 		return fmt.Errorf("%w: bookie %s: %w", metadata.ErrInvalidBookieInfo, info.ID, err)
@@ -283,7 +288,7 @@ func (g *registration) claim(ctx context.Context, lease clientv3.LeaseID, info m
 			return g.d.opErr("register bookie "+info.ID, err)
 		}
 		cur, oth := firstKV(resp, 0), firstKV(resp, 1)
-		if foreign := foreignKV(lease, cur, oth); foreign != nil {
+		if foreign := foreignKV(lease, prev, cur, oth); foreign != nil {
 			return &heldError{kv: foreign, rev: resp.Header.Revision}
 		}
 		ops := []clientv3.Op{clientv3.OpPut(key, string(val), clientv3.WithLease(lease))}
@@ -318,10 +323,14 @@ func modRev(kv *mvccpb.KeyValue) int64 {
 	return kv.ModRevision
 }
 
-// foreignKV returns the first of kvs that exists and is not bound to lease.
-func foreignKV(lease clientv3.LeaseID, kvs ...*mvccpb.KeyValue) *mvccpb.KeyValue {
+// foreignKV returns the first of kvs that exists and is bound neither to
+// lease nor to prev (when prev is not 0).
+func foreignKV(lease, prev clientv3.LeaseID, kvs ...*mvccpb.KeyValue) *mvccpb.KeyValue {
 	for _, kv := range kvs {
-		if kv != nil && clientv3.LeaseID(kv.Lease) != lease {
+		if kv == nil {
+			continue
+		}
+		if l := clientv3.LeaseID(kv.Lease); l != lease && (prev == 0 || l != prev) {
 			return kv
 		}
 	}
@@ -403,9 +412,11 @@ func (g *registration) keepAlive(lease clientv3.LeaseID) {
 }
 
 // reestablish registers again under a new lease, retrying with backoff until
-// it succeeds or g.ctx is done.
+// it succeeds or g.ctx is done. The old lease is revoked only once the key
+// has moved off it: revoking it first would delete the key of a healthy
+// bookie, and a revoke that fails or hangs would hold the new registration
+// back.
 func (g *registration) reestablish(old clientv3.LeaseID) {
-	g.revoke(old)
 	backoff := 100 * time.Millisecond
 	for g.ctx.Err() == nil {
 		if err := g.lock.Lock(g.ctx); err != nil {
@@ -415,6 +426,9 @@ func (g *registration) reestablish(old clientv3.LeaseID) {
 		g.lock.Unlock()
 		if err == nil {
 			g.d.opts.Logger.Info("metadata/etcd: bookie registered again", "bookie", g.id)
+			// Off run's path, so the new lease's keep-alive starts now; if the
+			// driver is closing, the old lease simply expires.
+			_ = g.d.goDriver(func() { g.revoke(old) })
 			return
 		}
 		g.d.opts.Logger.Warn("metadata/etcd: registering bookie again failed", "bookie", g.id, "err", err)
@@ -442,7 +456,7 @@ func (g *registration) Update(ctx context.Context, info metadata.BookieInfo) err
 	// registration made again after a lost lease must not file the bookie under an older
 	// state (a read-only bookie as writable) until its owner's next Update.
 	g.info = info.Clone()
-	err := g.claim(ctx, g.lease, info)
+	err := g.claim(ctx, g.lease, 0, info)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		// The lease is gone; run is about to register again and will use
 		// the new info.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -405,6 +407,99 @@ func TestReRegistrationUsesTheLastRequestedInfo(t *testing.T) {
 	})
 	if got := listed(t, d, metadata.ListAll); !slices.Equal(got, []string{"moves:1/readonly"}) {
 		t.Fatalf("registered again as %v, want moves:1/readonly, the state last asked for", got)
+	}
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// unreachableLease is a lease API on which chosen leases can be lost the way a partition
+// loses them: the client's keep-alive for the lease ends while etcd still holds it alive
+// until its TTL runs out, and revoking it fails.
+type unreachableLease struct {
+	clientv3.Lease
+	mu      sync.Mutex
+	stopKA  map[clientv3.LeaseID]context.CancelFunc
+	lost    map[clientv3.LeaseID]bool
+	revokes atomic.Int32 // revokes of lost leases attempted
+}
+
+func (l *unreachableLease) KeepAlive(ctx context.Context, id clientv3.LeaseID) (<-chan *clientv3.LeaseKeepAliveResponse, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	l.mu.Lock()
+	l.stopKA[id] = cancel
+	l.mu.Unlock()
+	return l.Lease.KeepAlive(ctx, id)
+}
+
+func (l *unreachableLease) Revoke(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseRevokeResponse, error) {
+	l.mu.Lock()
+	lost := l.lost[id]
+	l.mu.Unlock()
+	if lost {
+		l.revokes.Add(1)
+		return nil, errors.New("injected: etcd unreachable")
+	}
+	return l.Lease.Revoke(ctx, id)
+}
+
+// lose ends the client's keep-alive of id and makes revoking it fail.
+func (l *unreachableLease) lose(id clientv3.LeaseID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lost[id] = true
+	if stop := l.stopKA[id]; stop != nil {
+		stop()
+	}
+}
+
+// TestReRegistrationDoesNotWaitForTheOldLease: when the client loses its lease's
+// keep-alive while etcd still holds the lease (and revoking it fails), the registration
+// moves its key to a new lease at once: it does not wait for its own old lease to expire,
+// and the bookie never drops out of the writable set.
+func TestReRegistrationDoesNotWaitForTheOldLease(t *testing.T) {
+	t.Parallel()
+	uri := metadatatest.URI(t)
+	ctx := ctxFor(t, 20*time.Second)
+	d := open(t, uri)
+	faults := &unreachableLease{stopKA: map[clientv3.LeaseID]context.CancelFunc{}, lost: map[clientv3.LeaseID]bool{}}
+	etcd.WrapLeaseAPI(d, func(l clientv3.Lease) clientv3.Lease { faults.Lease = l; return faults })
+	const ttl = 2 * time.Second
+	r, err := d.Bookies().Register(ctx, bookie("partitioned:1", metadata.BookieWritable), ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := etcd.BookieKey(d, metadata.BookieWritable, "partitioned:1")
+	raw := etcd.RawClient(d)
+	resp, err := raw.Get(ctx, key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("registration not written: %v %v", resp, err)
+	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	deletes := raw.Watch(wctx, key, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut())
+
+	old := etcd.LeaseOf(r)
+	faults.lose(old)
+	took := waitFor(t, 3*ttl, "re-registration", func() bool {
+		l := etcd.LeaseOf(r)
+		return l != old && l != 0
+	})
+	t.Logf("re-registered after %v", took)
+	// Past the old lease's expiry: had the key stayed on it, etcd has deleted it by now.
+	time.Sleep(ttl + time.Second)
+	resp, err = raw.Get(ctx, key)
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease != int64(etcd.LeaseOf(r)) {
+		t.Fatalf("key not bound to the new lease: %v %v", resp, err)
+	}
+	stopWatch()
+	for wresp := range deletes {
+		for _, ev := range wresp.Events {
+			t.Errorf("the writable key was deleted at revision %d while the bookie was healthy", ev.Kv.ModRevision)
+		}
+	}
+	if faults.revokes.Load() == 0 {
+		t.Error("the old lease was never revoked: the failed revoke was not exercised")
 	}
 	if err := r.Close(ctx); err != nil {
 		t.Fatal(err)
