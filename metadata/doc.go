@@ -82,6 +82,21 @@
 // after its ledger is deleted. Ids that a driver reserved but did not hand
 // out before it closed are skipped.
 //
+// A missing idgen key starts at 0 on a new cluster. If ledgers exist (the key
+// was deleted by hand, or a restore left it out), the driver that finds it
+// missing reads the largest ledger key, once, and starts the counter at the
+// id after it, so the ids of existing ledgers, and of deleted ledgers below
+// the largest, are not handed out again (bookies may still hold their
+// entries, fencing state and tombstones until garbage collection). Ids of
+// deleted ledgers above the largest remaining one are indistinguishable from
+// unused ids and can be handed out again: the key must not be deleted. If
+// the last key under <root>/ledgers/ is not a ledger id, the start is
+// unknown, and the driver fails with [ErrCorruptMetadata] rather than guess.
+// [CreateLedger] never reuses the id of an existing ledger in any case: the
+// create is conditional on the key not existing, and on a conflict (an id
+// written with an explicit id, or by a driver still holding a batch reserved
+// before the key was lost) it takes the next id.
+//
 // # Ledger metadata encoding, format version 1
 //
 // [BinaryCodec] (the default [Codec]) stores [LedgerMetadata] as below. All

@@ -18,7 +18,8 @@ import (
 // A client reserves [n, n+batch) by moving the key from n to n+batch with a
 // transaction that compares the key's ModRevision with the one it read, so
 // two clients can never reserve overlapping ranges, and the counter never
-// goes back, even when ledgers are deleted.
+// goes back, even when ledgers are deleted. A missing key starts at the id
+// after the largest existing ledger (see firstFreeID).
 type idAllocator struct {
 	d *Driver
 	// lock guards nextID and limit, and is held while reserving a range.
@@ -55,6 +56,11 @@ func (a *idAllocator) reserve(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if len(kvs) == 0 {
+			if start, err = a.firstFreeID(ctx); err != nil {
+				return err
+			}
+		}
 		n := min(int64(a.d.opts.IDBatchSize), math.MaxInt64-start)
 		if n <= 0 {
 			return fmt.Errorf("%w: counter at %s is %d", metadata.ErrLedgerIDsExhausted, key, start)
@@ -76,8 +82,35 @@ func (a *idAllocator) reserve(ctx context.Context) error {
 	}
 }
 
+// firstFreeID is where a missing counter starts: 0 on a new cluster, and
+// past the largest existing ledger id if the key was lost (deleted by hand, a
+// partial restore). Starting at 0 then would hand out ids of deleted ledgers,
+// whose entries and fencing state bookies may still hold, and make every
+// CreateLedger step over the existing ones one transaction at a time. Ids of
+// deleted ledgers above the largest existing one cannot be told apart from
+// unused ids and may be handed out again.
+func (a *idAllocator) firstFreeID(ctx context.Context) (int64, error) {
+	resp, err := a.d.cli.Get(ctx, a.d.keys.ledgersPrefix(), append(clientv3.WithLastKey(), clientv3.WithKeysOnly())...)
+	if err != nil {
+		return 0, a.d.opErr("new ledger id", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
+	}
+	last, err := a.d.keys.parseLedger(resp.Kvs[0].Key)
+	if err != nil {
+		return 0, fmt.Errorf("metadata/etcd: new ledger id: counter %s is missing: %w", a.d.keys.idgen(), err)
+	}
+	if last == math.MaxInt64 {
+		return 0, fmt.Errorf("%w: ledger %d exists and counter %s is missing", metadata.ErrLedgerIDsExhausted, last, a.d.keys.idgen())
+	}
+	a.d.opts.Logger.Warn("metadata/etcd: ledger id counter missing while ledgers exist; starting past the largest ledger id",
+		"key", a.d.keys.idgen(), "largest", last)
+	return last + 1, nil
+}
+
 // parseCounter returns the counter value and its ModRevision (0, 0 when the
-// key does not exist yet: the first id is 0).
+// key does not exist: the caller finds the first id with firstFreeID).
 func parseCounter(key string, kvs []*mvccpb.KeyValue) (int64, int64, error) {
 	if len(kvs) == 0 {
 		return 0, 0, nil

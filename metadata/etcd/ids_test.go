@@ -141,3 +141,70 @@ func TestLedgerIDCounterNeverRestarts(t *testing.T) {
 		t.Fatalf("past the last id: got %d, %v; want ErrLedgerIDsExhausted", id, err)
 	}
 }
+
+// TestLedgerIDCounterLost: when the idgen key is lost while ledgers exist, the counter starts
+// again above the largest existing ledger id: no id of a deleted ledger below it (bookies may
+// still hold its entries and fencing state) is handed out again, and no id of an existing one.
+func TestLedgerIDCounterLost(t *testing.T) {
+	t.Parallel()
+	uri := metadatatest.URI(t)
+	u, err := metadata.ParseURI(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t, 20*time.Second)
+	a := open(t, uri)
+	var created []int64
+	for i := 0; i < 5; i++ {
+		id, _, err := metadata.CreateLedger(ctx, a, metadatatest.Ledger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		created = append(created, id)
+	}
+	// One deleted in the middle, and one made by a tool with an explicit id.
+	_, v, err := a.Ledgers().Read(ctx, created[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Ledgers().Delete(ctx, created[2], v); err != nil {
+		t.Fatal(err)
+	}
+	const explicit = 5000
+	if _, err := a.Ledgers().Create(ctx, explicit, metadatatest.Ledger()); err != nil {
+		t.Fatal(err)
+	}
+	cli := etcd.RawClient(a)
+	if _, err := cli.Delete(ctx, u.Root+"/idgen"); err != nil {
+		t.Fatal(err)
+	}
+	b := open(t, uri)
+	got, _, err := metadata.CreateLedger(ctx, b, metadatatest.Ledger())
+	if err != nil || got <= explicit {
+		t.Fatalf("CreateLedger after the counter was lost: %d (%v), want above the largest ledger %d (deleted: %d)",
+			got, err, explicit, created[2])
+	}
+	// A client that starts again (its reserved batch is gone) keeps above it too.
+	got, err = open(t, uri).NewLedgerID(ctx)
+	if err != nil || got <= explicit {
+		t.Fatalf("NewLedgerID from another client: %d (%v), want above %d", got, err, explicit)
+	}
+	resp, err := cli.Get(ctx, u.Root+"/idgen")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("counter not written again: %v %v", resp, err)
+	}
+	if n, err := strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64); err != nil || n <= got {
+		t.Fatalf("counter %q, want above the last id handed out %d", resp.Kvs[0].Value, got)
+	}
+	// A key under the ledgers prefix that is not a ledger id leaves the start unknown:
+	// refuse rather than guess.
+	if _, err := cli.Put(ctx, u.Root+"/ledgers/not-a-ledger", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Delete(ctx, u.Root+"/idgen"); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := open(t, uri).NewLedgerID(ctx); !errors.Is(err, metadata.ErrCorruptMetadata) {
+		t.Fatalf("counter lost beside a stray key: got id %d, err %v; want ErrCorruptMetadata", id, err)
+	}
+}
