@@ -10,6 +10,11 @@
 // at listen time (no probe-then-bind race); [Server.Endpoints] and
 // [Server.URI] report the port actually bound. Tests therefore never need a
 // fixed port.
+//
+// One data dir, one server: Start takes an exclusive flock on Dir/LOCK before
+// etcd touches the dir and holds it until [Server.Close], so a second server
+// on the same dir, started at the same moment or later, in this process or
+// another, fails at once with [ErrDirInUse].
 package embedded
 
 import (
@@ -38,6 +43,9 @@ var (
 	// ErrStart is returned (wrapped) when the server fails to start or to
 	// become ready in time.
 	ErrStart = errors.New("metadata/embedded: etcd server did not start")
+	// ErrDirInUse is returned (wrapped) when another server, in this
+	// process or another, uses the data dir. It wraps ErrStart.
+	ErrDirInUse = fmt.Errorf("%w: data dir in use by another server", ErrStart)
 )
 
 // DefaultRoot is the root path used in URI when Config.Root is empty.
@@ -103,6 +111,7 @@ type Server struct {
 	clientURL string // http://127.0.0.1:<port>, the port actually bound
 	root      string
 	dir       string
+	lock      *os.File // holds the flock on dir/LOCK until Close
 }
 
 // Start starts an etcd server as described by cfg and waits until it serves
@@ -120,6 +129,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if root == "" {
 		root = DefaultRoot
 	}
+	lock, err := lockDir(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	started := false
+	defer func() {
+		if !started {
+			lock.Close() // after e.Close: etcd has let go of the dir
+		}
+	}()
 	if err := checkDirFree(cfg.Dir); err != nil {
 		return nil, err
 	}
@@ -145,16 +164,47 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		e.Close()
 		return nil, fmt.Errorf("%w: unexpected client listener address %v", ErrStart, e.Clients[0].Addr())
 	}
+	started = true
 	return &Server{
 		etcd:      e,
 		clientURL: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(addr.Port)),
 		root:      root,
 		dir:       cfg.Dir,
+		lock:      lock,
 	}, nil
+}
+
+// lockFileName is the file in the data dir that a running server holds an
+// flock on.
+const lockFileName = "LOCK"
+
+// lockDir takes an exclusive flock on dir/LOCK, creating dir if needed, before
+// etcd creates anything there. checkDirFree alone cannot see a server that has
+// not created its db yet: two starts at once on a new dir both passed it, and
+// the second then waited for the first's db lock forever. The kernel drops the
+// lock when the process dies, so a crash never leaves the dir locked.
+func lockDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil { // etcd's own mode for its dir
+		return nil, fmt.Errorf("%w: %w", ErrStart, err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, lockFileName), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("%w: dir %s: %w", ErrStart, dir, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s (another standalone running on it?)", ErrDirInUse, dir)
+		}
+		return nil, fmt.Errorf("%w: dir %s: lock: %w", ErrStart, dir, err)
+	}
+	return f, nil
 }
 
 // checkDirFree fails if another etcd server holds dir's backend database. etcd waits for
 // that file's lock forever, deaf to any context, so Start asks first (without waiting).
+// Another Start is kept out by lockDir; this catches a server that takes no LOCK (a plain
+// etcd, or an older ringkeeper).
 func checkDirFree(dir string) error {
 	f, err := os.Open(filepath.Join(dir, "member", "snap", "db"))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -166,7 +216,7 @@ func checkDirFree(dir string) error {
 	defer f.Close() // releases the probe's lock
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return fmt.Errorf("%w: dir %s is in use by another etcd server (another standalone running on it?)", ErrStart, dir)
+			return fmt.Errorf("%w: %s: its etcd db is locked (another etcd server running on it?)", ErrDirInUse, dir)
 		}
 		return fmt.Errorf("%w: dir %s: lock: %w", ErrStart, dir, err)
 	}
@@ -250,5 +300,6 @@ func (s *Server) Close() error {
 		for range errc {
 		}
 	}
-	return nil
+	// Only now may another server take the dir.
+	return s.lock.Close()
 }

@@ -3,7 +3,10 @@ package embedded
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -117,4 +120,89 @@ func TestStartRefusesDirInUse(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("second Start on a dir in use still waiting after 15 s (its context ended at 3 s)")
 	}
+}
+
+// TestStartRefusesNewDirStartedTwiceAtOnce: two servers started at once on a new (empty)
+// data dir: one starts, the other fails fast with ErrStart saying the dir is in use. Neither
+// may wait on the other's files, and the two must never share the dir.
+func TestStartRefusesNewDirStartedTwiceAtOnce(t *testing.T) {
+	for round := 0; round < 3; round++ {
+		dir := t.TempDir()
+		type result struct {
+			s   *Server
+			err error
+		}
+		results := make(chan result, 2)
+		start := make(chan struct{})
+		for i := 0; i < 2; i++ {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				<-start
+				s, err := Start(ctx, Config{Dir: dir, UnsafeNoFsync: true})
+				results <- result{s, err}
+			}()
+		}
+		close(start)
+		var started []*Server
+		var errs []error
+		defer func() {
+			for _, s := range started {
+				s.Close()
+			}
+		}()
+		for i := 0; i < 2; i++ {
+			select {
+			case r := <-results:
+				if r.err == nil {
+					started = append(started, r.s)
+				} else {
+					errs = append(errs, r.err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("round %d: a Start on the new dir still waiting after 20 s (its context ended at 5 s); %d started, errors %v",
+					round, len(started), errs)
+			}
+		}
+		if len(started) != 1 {
+			t.Fatalf("round %d: %d servers started on one dir, want 1 (errors: %v)", round, len(started), errs)
+		}
+		if !errors.Is(errs[0], ErrDirInUse) || !errors.Is(errs[0], ErrStart) || !strings.Contains(errs[0].Error(), "in use") {
+			t.Fatalf("round %d: the second Start: %v, want ErrDirInUse (an ErrStart) saying the dir is in use", round, errs[0])
+		}
+	}
+}
+
+// TestStartRefusesDirWhoseDBIsLocked: a server that takes no LOCK (a plain etcd) but holds the
+// db of the data dir is still seen, and Start fails fast with ErrDirInUse.
+func TestStartRefusesDirWhoseDBIsLocked(t *testing.T) {
+	dir := t.TempDir()
+	snap := filepath.Join(dir, "member", "snap")
+	if err := os.MkdirAll(snap, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	db, err := os.Create(filepath.Join(snap, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := syscall.Flock(int(db.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := Start(ctx, Config{Dir: dir, UnsafeNoFsync: true})
+	if err == nil {
+		s.Close()
+	}
+	if !errors.Is(err, ErrDirInUse) {
+		t.Fatalf("Start on a dir whose db another server holds: %v, want ErrDirInUse", err)
+	}
+	// The refused start let go of LOCK: once the db is free, the dir can be used.
+	db.Close()
+	s, err = Start(ctx, Config{Dir: dir, UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatalf("Start after the db was released: %v", err)
+	}
+	s.Close()
 }
