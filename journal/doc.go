@@ -30,7 +30,8 @@
 //	payloadCRC = CRC32C(payload), computed by the producer in Append (or given with
 //	Entry.SetPayloadCRC).
 //	type: 1 data (payload = stored entry), 2 ledger key (payload = master key), 3 fence,
-//	4 explicit LAC (payload = LAC packet), 5 padding (group trailer), 6 file end.
+//	4 explicit LAC (payload = LAC packet), 5 padding (group trailer), 6 file end (ledgerId =
+//	the id of the next file).
 //
 // # Groups
 //
@@ -79,7 +80,9 @@
 // # Replay and torn tails
 //
 // Replay reads from the persisted mark. A file must end with a file-end record unless it is
-// the last file of a writer session. At the first invalid record (bad CRC, short, zeros, another
+// the last file of a writer session. The file a file-end record names must exist and be the
+// next file (it was prepared before the record was written, and GC never removes a file at or
+// after the mark): if it is missing, replay fails with ErrMissingFile. At the first invalid record (bad CRC, short, zeros, another
 // file's record) replay decides between a torn tail and corruption: up to PipelineDepth groups
 // may have been in flight at a crash, each at most groupCapacity long, so valid groups may lie
 // after a torn one, but only within depth × groupCapacity, and each of them claims a durable end

@@ -1009,3 +1009,55 @@ func TestTornTailInTheLastThreeRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestMissingFileAfterACleanEndIsAnError: a file that rolled over ends with a file-end record
+// naming the next file, which was prepared (and its directory entry synced) before that record
+// was written. A journal in which that file is gone lost the records it held: replay must say
+// so (ErrMissingFile, naming it), whether later files are there or not, not skip from one file
+// to the next (it replayed what was left without an error).
+func TestMissingFileAfterACleanEndIsAnError(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		remove func(ids []uint64) []uint64
+	}{
+		{"middle", func(ids []uint64) []uint64 { return ids[1:2] }},
+		{"all after the first", func(ids []uint64) []uint64 { return ids[1:] }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fs := diskio.NewMem(4096)
+			cfg := memConfig(fs)
+			cfg.MaxFileSize = 1 << 20
+			j, err := Open(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			acked := writeConcurrently(t, j, 2, 1500)
+			if err := j.Close(); err != nil {
+				t.Fatal(err)
+			}
+			names, _ := fs.List(cfg.Dir)
+			ids := listFileIDs(names)
+			if len(ids) < 4 {
+				t.Fatalf("expected several files, got %v", names)
+			}
+			from := Mark{FileID: ids[0], Offset: int64(cfg.Alignment)}
+			if seen, _, err := replayAll(t, fs, cfg.Dir, from); err != nil || len(seen) != len(acked) {
+				t.Fatalf("before the removal: replayed %d of %d, err %v", len(seen), len(acked), err)
+			}
+			removed := c.remove(ids)
+			for _, id := range removed {
+				if err := fs.Remove(filepath.Join(cfg.Dir, FileName(id))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			seen, _, err := replayAll(t, fs, cfg.Dir, from)
+			if !errors.Is(err, ErrMissingFile) {
+				t.Fatalf("replay without %s: replayed %d of %d acknowledged records, err %v; want ErrMissingFile",
+					FileName(removed[0]), len(seen), len(acked), err)
+			}
+			if !strings.Contains(err.Error(), FileName(removed[0])) {
+				t.Errorf("the error does not name the missing file %s: %v", FileName(removed[0]), err)
+			}
+		})
+	}
+}

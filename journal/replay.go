@@ -82,6 +82,10 @@ func Replay(ctx context.Context, opts ReplayOptions, fn func(*Record) error) (Re
 	}
 	var torn *fileScan
 	var tornFiles []*fileScan
+	// named is the file that the last file's file-end record names (0: none). The writer
+	// prepares that file, header and directory entry synced, before it writes the record, and
+	// GC never removes a file at or after the mark: if it is gone, so are the records it held.
+	var named, namer uint64
 	for _, id := range ids {
 		if id < opts.From.FileID {
 			continue
@@ -89,6 +93,10 @@ func Replay(ctx context.Context, opts ReplayOptions, fn func(*Record) error) (Re
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
+		if named != 0 && id != named {
+			return res, missingNamed(opts.Dir, namer, named)
+		}
+		named = 0
 		start := int64(-1)
 		if id == opts.From.FileID {
 			start = opts.From.Offset
@@ -123,7 +131,12 @@ func Replay(ctx context.Context, opts ReplayOptions, fn func(*Record) error) (Re
 			torn = fs
 			tornFiles = append(tornFiles, fs)
 			res.TornFile, res.TornOffset = id, fs.end
+		} else if fs.next > id {
+			named, namer = fs.next, id
 		}
+	}
+	if named != 0 {
+		return res, missingNamed(opts.Dir, namer, named)
 	}
 	if opts.Truncate {
 		for _, t := range tornFiles {
@@ -138,6 +151,13 @@ func Replay(ctx context.Context, opts ReplayOptions, fn func(*Record) error) (Re
 	return res, nil
 }
 
+// missingNamed is the error for file named, which the file-end record of file namer names,
+// missing from dir.
+func missingNamed(dir string, namer, named uint64) error {
+	return fmt.Errorf("%w: %s in %s (%s ends with a file-end record that names it as the next file)",
+		ErrMissingFile, FileName(named), dir, FileName(namer))
+}
+
 // fileScan replays one file.
 type fileScan struct {
 	opts      *ReplayOptions
@@ -146,8 +166,9 @@ type fileScan struct {
 	hdr       fileHeader
 	dataStart int64
 	// results
-	clean   bool  // ended with a file-end record
-	end     int64 // offset where valid records end (the torn position)
+	clean   bool   // ended with a file-end record
+	next    uint64 // the next file's id, which the file-end record names
+	end     int64  // offset where valid records end (the torn position)
 	skipped int
 }
 
@@ -253,7 +274,7 @@ func (s *fileScan) run(ctx context.Context, start int64, fn func(*Record) error)
 			}
 			lastSeq, haveSeq, groupStart = h.entryID, true, pos+size
 		case recordFileEnd:
-			s.clean, s.end = true, pos+size
+			s.clean, s.end, s.next = true, pos+size, h.ledgerID
 			return count, nil
 		default:
 			count++
