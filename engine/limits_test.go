@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ringkeeper/ringkeeper/internal/diskio"
 	"github.com/ringkeeper/ringkeeper/journal"
@@ -275,5 +277,49 @@ func TestReadAheadCachesTheIndexedNextEntries(t *testing.T) {
 		if got, ok := e.ReadCached(l, en, nil); !ok || !bytes.Equal(got, storedEntry(l, en)) {
 			t.Fatalf("entry %d not read ahead into the read cache", en)
 		}
+	}
+}
+
+// A journaled entry that cannot fit an empty write-cache half at replay (the cache was made
+// smaller, or the largest entry lowered, since it was acknowledged) makes Open fail with an
+// error that says so. Replay flushed the empty half and tried again, for ever: Open hung.
+func TestReplayOfAnEntryLargerThanTheWriteCacheHalfFails(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := testConfig(t, fs, 1)
+	cfg.Journal.MaxRecordSize = 3 << 20
+	cfg.Journal.MaxFileSize = 16 << 20
+	e := openTest(t, cfg)
+	const l = int64(7)
+	big := make([]byte, 2<<20)
+	binary.BigEndian.PutUint64(big[0:], uint64(l))
+	binary.BigEndian.PutUint64(big[8:], 0)
+	if err := addSync(e, testKey, big, false); err != nil {
+		t.Fatal(err)
+	}
+	crashed := fs.Crash(diskio.CrashSyncedOnly, nil) // before any checkpoint covers it
+	e.Close()
+
+	cfg.FS = crashed
+	cfg.WriteCacheMaxSize = 2 << 20 // 1 MiB halves
+	cfg.Journal.MaxRecordSize = 1 << 20
+	cfg.Journal.MaxFileSize = 4 << 20
+	opened := make(chan error, 1)
+	go func() {
+		e, err := Open(cfg)
+		if err == nil {
+			e.Close()
+		}
+		opened <- err
+	}()
+	select {
+	case err := <-opened:
+		if err == nil {
+			t.Fatal("Open replayed a 2 MiB entry into 1 MiB write-cache halves")
+		}
+		if !strings.Contains(err.Error(), "write-cache half") {
+			t.Errorf("Open: %v; want an error about the write-cache half", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Open hangs replaying an entry larger than a write-cache half")
 	}
 }

@@ -92,8 +92,16 @@ func (e *Engine) apply(r *journal.Record) (bool, error) {
 		}
 		d := e.dir(ledgerID)
 		for {
-			if _, _, ok := d.active.Load().put(ledgerID, entryID, r.Payload, false); ok {
+			h := d.active.Load()
+			if _, _, ok := h.put(ledgerID, entryID, r.Payload, false); ok {
 				return true, nil
+			}
+			if h.empty() {
+				// No flush makes room for it: the cache was made smaller, or the largest entry
+				// lowered, since it was acknowledged.
+				return false, fmt.Errorf("%w: journal record %d/%d at %s offset %d holds an entry of %d bytes, "+
+					"which does not fit an empty write-cache half of %s (%d bytes in segments of %d): raise dbStorage_writeCacheMaxSizeMb",
+					ErrBadConfig, r.LedgerID, r.EntryID, journal.FileName(r.FileID), r.Offset, len(r.Payload), d.path, h.capacity, h.segSize)
 			}
 			if err := d.flush(nil); err != nil {
 				return false, err
