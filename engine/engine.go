@@ -571,14 +571,13 @@ func (e *Engine) add(masterKey, stored []byte, recovery bool, done func(ctx any,
 	if e.diskFull.Load() {
 		return fmt.Errorf("%w: the disk is full", ErrReadOnly)
 	}
-	l, err := e.ledgerForWrite(ledgerID, masterKey)
-	if err != nil {
-		return err
-	}
 	// Under addMu from the fenced check to the journal: a fence either comes first (the add is
 	// refused) or journals its record after this one, so no add that is not a recovery add is
 	// acknowledged after the fence is durable.
-	l.addMu.Lock()
+	l, err := e.ledgerLockedForWrite(ledgerID, masterKey)
+	if err != nil {
+		return err
+	}
 	defer l.addMu.Unlock()
 	if l.fenced.Load() && !recovery {
 		return fmt.Errorf("%w: ledger %d", ErrFenced, ledgerID)
@@ -603,6 +602,26 @@ func (e *Engine) add(masterKey, stored []byte, recovery bool, done func(ctx any,
 	}
 	e.counters.adds.Add(1)
 	return nil
+}
+
+// ledgerLockedForWrite is ledgerForWrite for an add: it returns the ledger with its addMu
+// held, still in the table. DeleteLedger takes addMu too, so an add either has its entry in
+// the write cache before the deletion drops the ledger's entries, or finds the ledger gone and
+// starts over (refused while the id is not free, or creating the ledger anew). An entry put
+// after the deletion outlived it: the next checkpoint wrote its location after the deletion's
+// committed range delete.
+func (e *Engine) ledgerLockedForWrite(ledgerID int64, masterKey []byte) (*ledgerInfo, error) {
+	for {
+		l, err := e.ledgerForWrite(ledgerID, masterKey)
+		if err != nil {
+			return nil, err
+		}
+		l.addMu.Lock()
+		if e.ledgers.get(ledgerID) == l {
+			return l, nil
+		}
+		l.addMu.Unlock()
+	}
 }
 
 // ledgerForWrite returns the ledger, creating it (and journaling its key) on the first write,
@@ -864,6 +883,17 @@ func (e *Engine) LastAddConfirmed(ledgerID int64) (int64, error) {
 // fenced at this point leaves a tombstone in the same index batch, and is refused every write
 // for fencedDeletedRetention.
 func (e *Engine) DeleteLedger(ledgerID int64) error {
+	l := e.ledgers.get(ledgerID)
+	if l == nil {
+		return ErrNoLedger
+	}
+	// Under addMu: no add is between its look-up of the ledger and its put into the write
+	// cache (ledgerLockedForWrite), so none puts an entry after the drop below.
+	l.addMu.Lock()
+	defer l.addMu.Unlock()
+	if e.ledgers.get(ledgerID) != l {
+		return ErrNoLedger // deleted meanwhile
+	}
 	fenced, fencedAt, ok := e.ledgers.removeForDelete(ledgerID)
 	if !ok {
 		return ErrNoLedger

@@ -21,9 +21,10 @@ type ledgerInfo struct {
 	// keyReady is closed once the ledger-key record is queued in the journal, so that no data
 	// record of the ledger can precede it there.
 	keyReady chan struct{}
-	// addMu orders adds against fencing: held from an add's fenced check until its record is
-	// queued in the journal, and by Fence while it sets fenced. Never taken by journal
-	// callbacks, so holding it while Append waits for queue room cannot deadlock.
+	// addMu orders adds against fencing and deletion: held from an add's fenced check until
+	// its record is queued in the journal, by Fence while it sets fenced, and by DeleteLedger
+	// while it removes the ledger and its cached entries. Never taken by journal callbacks, so
+	// holding it while Append waits for queue room cannot deadlock.
 	addMu sync.Mutex
 
 	// mu guards the fields below.

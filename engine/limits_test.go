@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -321,5 +323,80 @@ func TestReplayOfAnEntryLargerThanTheWriteCacheHalfFails(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("Open hangs replaying an entry larger than a write-cache half")
+	}
+}
+
+// Adds in progress while their ledger is deleted and the deletion committed (garbage
+// collection deletes ledgers gone from the metadata store, then commits at once, while the
+// old writer may still be adding): an add that passed its ledger look-up before the deletion
+// put its entry into the write cache after the deletion had dropped the ledger's entries, and
+// the next checkpoint wrote its location after the committed range delete. The deleted
+// ledger kept index rows, which a new ledger under the same id then served as its own (its
+// last entry and LAC among them). No row may outlive the deletion.
+func TestAddRacingALedgerDeletionLeavesNoIndexRow(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := testConfig(t, fs, 1)
+	e := openTest(t, cfg)
+	defer e.Close()
+	const rounds = 200
+	stale := 0
+	for round := int64(0); round < rounds; round++ {
+		l := 1000 + round
+		if err := addSync(e, testKey, storedEntry(l, 0), false); err != nil {
+			t.Fatal(err)
+		}
+		d := e.dir(l)
+		var stop atomic.Bool
+		var writers, callbacks sync.WaitGroup
+		for w := int64(0); w < 8; w++ {
+			writers.Go(func() {
+				for en := 1 + w<<20; !stop.Load(); en++ {
+					callbacks.Add(1)
+					if err := e.Add(testKey, storedEntry(l, en), false, func(any, error) { callbacks.Done() }, nil); err != nil {
+						callbacks.Done()
+					}
+				}
+			})
+		}
+		for d.active.Load().count.Load() < 50 {
+			runtime.Gosched()
+		}
+		if err := e.DeleteLedger(l); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.commitDeletes(); err != nil { // as garbage collection does
+			t.Fatal(err)
+		}
+		stop.Store(true)
+		writers.Wait()
+		callbacks.Wait()
+		if e.Exists(l) {
+			// A checkpoint (a half filled) freed the id while the writers ran, and one of them
+			// created the ledger anew, as it may: its rows are its own.
+			continue
+		}
+		for range 2 { // the second one frees the id
+			if err := e.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		last, found, err := d.idx.LastEntry(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !found {
+			continue
+		}
+		stale++
+		// The id is used again: the old ledger's entry must not be the new one's.
+		if err := addSync(e, []byte("another key"), storedEntry(l, 0), false); err != nil {
+			t.Fatalf("round %d: creating ledger %d again: %v", round, l, err)
+		}
+		if _, err := e.Read(l, last, nil); !errors.Is(err, ErrNoEntry) {
+			t.Errorf("round %d: ledger %d created again serves entry %d of its deleted predecessor (err %v)", round, l, last, err)
+		}
+	}
+	if stale > 0 {
+		t.Fatalf("%d of %d rounds left index rows of a deleted ledger after the commit of its deletion", stale, rounds)
 	}
 }
