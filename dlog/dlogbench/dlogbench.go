@@ -387,17 +387,15 @@ func RunTail(ctx context.Context, o Options) (*bench.Result, error) {
 	if wo.Rate == 0 {
 		wo.Rate = 10000
 	}
-	stop := make(chan struct{})
+	// The readers' figures have the writer's measured period: the same warm-up, then the same
+	// duration; records read before or after it (the drain of the last writes) are not counted.
+	var written int64
 	var pw sync.WaitGroup
-	pw.Go(func() { rec.Progress(o.Progress, time.Second, stop) })
-	written, err := produce(ctx, w, wo, writes, true)
-	rec.Stop()
-	// Let the readers catch up with the last records before stopping them.
-	bench.Sleep(ctx, 100*time.Millisecond+10*o.PollInterval)
+	pw.Go(func() { written, err = produce(ctx, w, wo, writes, true) })
+	rec.Measure(ctx, o.Warmup, o.Duration, o.Progress)
+	pw.Wait()
 	stopReaders()
 	rw.Wait()
-	close(stop)
-	pw.Wait()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if cerr := w.Close(cctx); err == nil {
