@@ -218,8 +218,8 @@ func RunWrite(ctx context.Context, o Options) (*bench.Result, error) {
 }
 
 // produce writes records until the duration ends, closed loop (Outstanding in flight) or at
-// Rate, recording each acknowledged record; stamp puts the send time (Unix ns) in the first 8
-// bytes. It returns the records acknowledged.
+// Rate, recording each acknowledged record; stamp puts the send time (Unix ns; in open loop the
+// time the record was due) in the first 8 bytes. It returns the records acknowledged.
 func produce(ctx context.Context, w *dlog.Writer, o Options, rec *bench.Recorder, stamp bool) (int64, error) {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -256,8 +256,8 @@ func produce(ctx context.Context, w *dlog.Writer, o Options, rec *bench.Recorder
 				}
 				sent, sched = sched, sched.Add(interval)
 			}
-			if stamp {
-				binary.LittleEndian.PutUint64(payload, uint64(time.Now().UnixNano()))
+			if stamp { // the due time, as the acknowledgement latency counts from
+				binary.LittleEndian.PutUint64(payload, uint64(sent.UnixNano()))
 			}
 			inflight.Add(1)
 			w.WriteAsync(runCtx, dlog.Record{TxID: tx, Payload: payload}, func(_ dlog.DLSN, err error) {
@@ -338,8 +338,9 @@ func runBaseline(ctx context.Context, cl *client.Client, o Options) (*bench.Resu
 }
 
 // RunTail writes records at Rate while Readers follow the log from its tail; the result's ops
-// are records read (by all readers) and its latency is from the write call to the reader's
-// Next returning the record. Extra has the writer's acknowledgement latency.
+// are records read (by all readers) and its latency is from the write call (the time the
+// record was due at Rate) to the reader's Next returning the record. Extra has the writer's
+// acknowledgement latency.
 func RunTail(ctx context.Context, o Options) (*bench.Result, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
