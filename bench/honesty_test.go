@@ -2,9 +2,13 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/ringkeeper/ringkeeper/client"
 )
 
 // An operation that completes after Stop fixed the end of the measured period lies outside
@@ -141,5 +145,46 @@ func TestWorkloadsRefuseOptionsTheyCannotRun(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "must be") {
 			t.Errorf("%s: %v, want the options refused before anything starts", name, err)
 		}
+	}
+}
+
+// A loss found by the verification during the run is a loss of the run, even when the
+// ledger is deleted afterwards and so never verified again at the end: it was once dropped
+// (only a successful verification was counted), and a stress run that found lost entries
+// passed.
+func TestStressCountsALossFoundDuringTheRun(t *testing.T) {
+	var mu sync.Mutex
+	reported := map[int64]bool{}
+	var duringRun int
+	verifyStress = func(ctx context.Context, cl *client.Client, sl *stressLedger, size int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if reported[sl.id] {
+			return verifyStressLedger(ctx, cl, sl, size)
+		}
+		// The run's own verifications have no deadline; the final ones have one.
+		if _, ok := ctx.Deadline(); !ok {
+			duringRun++
+		}
+		reported[sl.id] = true // each ledger's first verification finds a loss
+		return fmt.Errorf("%w: ledger %d (injected)", errLost, sl.id)
+	}
+	t.Cleanup(func() { verifyStress = verifyStressLedger })
+	o := DefaultStressOptions()
+	o.Target = standalone(t, 4)
+	o.Duration, o.MaxEntries = time.Second, 100
+	res, err := RunStress(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d ledgers reported lost (%d by the verification during the run); result: %d errors, extra %v",
+		len(reported), duringRun, res.Errors, res.Extra)
+	if duringRun == 0 {
+		t.Fatal("no ledger was verified during the run: the test proves nothing")
+	}
+	if got := res.Extra["ledgers_with_lost_entries"]; got != float64(len(reported)) || res.Errors < int64(len(reported)) {
+		t.Fatalf("%d ledgers were found with lost entries, the result reports %v (errors %d)", len(reported), got, res.Errors)
 	}
 }

@@ -67,6 +67,9 @@ type stressLedger struct {
 	// deleting is set before a delete is sent: a delete cut short by the end of the run may
 	// still have happened, so such a ledger may be gone.
 	deleting bool
+	// lost is set when the verification during the run found lost entries: the ledger is
+	// counted as lost once, whether or not it is deleted afterwards.
+	lost bool
 }
 
 // RunStress runs the stress workload.
@@ -85,6 +88,7 @@ func RunStress(ctx context.Context, o StressOptions) (*Result, error) {
 	defer t.cleanup()
 	rec := NewRecorder()
 	var ops struct{ created, closed, deleted, verified, failedOps, kills atomic.Int64 }
+	var lost, unverifiable atomic.Int64 // ledgers
 	var mu sync.Mutex
 	var ledgers []*stressLedger
 	runCtx, cancel := context.WithCancel(ctx)
@@ -175,8 +179,15 @@ func RunStress(ctx context.Context, o StressOptions) (*Result, error) {
 					ops.closed.Add(1)
 				}
 				if rng.IntN(3) == 0 {
-					if verifyStressLedger(runCtx, t.client, sl, o.EntrySize) == nil {
+					switch err := verifyStress(runCtx, t.client, sl, o.EntrySize); {
+					case err == nil:
 						ops.verified.Add(1)
+					case errors.Is(err, errLost):
+						mu.Lock()
+						sl.lost = true
+						mu.Unlock()
+						lost.Add(1)
+						fmt.Fprintf(o.progressOrDiscard(), "LOSS: %v\n", err)
 					}
 				}
 				if rng.IntN(3) == 0 {
@@ -205,7 +216,6 @@ func RunStress(ctx context.Context, o StressOptions) (*Result, error) {
 	}
 	// Verify: every acknowledged entry of every ledger not deleted, after recovery, with a few
 	// ledgers at a time.
-	var lost, unverifiable atomic.Int64
 	work := make(chan *stressLedger)
 	var vw sync.WaitGroup
 	for range 8 {
@@ -214,7 +224,7 @@ func RunStress(ctx context.Context, o StressOptions) (*Result, error) {
 				var err error
 				for attempt := 0; attempt < 10; attempt++ {
 					vctx, vcancel := context.WithTimeout(ctx, 30*time.Second)
-					err = verifyStressLedger(vctx, t.client, sl, o.EntrySize)
+					err = verifyStress(vctx, t.client, sl, o.EntrySize)
 					vcancel()
 					if err == nil || errors.Is(err, errLost) || errors.Is(err, client.ErrNoSuchLedger) && sl.deleting {
 						break
@@ -236,7 +246,7 @@ func RunStress(ctx context.Context, o StressOptions) (*Result, error) {
 		})
 	}
 	for _, sl := range ledgers {
-		if !sl.deleted {
+		if !sl.deleted && !sl.lost { // a lost ledger is counted already
 			work <- sl
 		}
 	}
@@ -261,6 +271,9 @@ func (o StressOptions) progressOrDiscard() io.Writer {
 }
 
 var errLost = errors.New("bench: acknowledged entry lost")
+
+// verifyStress is verifyStressLedger; tests replace it.
+var verifyStress = verifyStressLedger
 
 // verifyStressLedger recovers the ledger and checks entries 0..acked.
 func verifyStressLedger(ctx context.Context, cl *client.Client, sl *stressLedger, size int) error {
