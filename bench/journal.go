@@ -67,8 +67,8 @@ func (o JournalOptions) validate() error {
 		return fmt.Errorf("bench: negative entry size %d", o.EntrySize)
 	case o.Duration <= 0:
 		return fmt.Errorf("bench: duration %v must be positive", o.Duration)
-	case o.Rate < 0:
-		return fmt.Errorf("bench: negative rate %v", o.Rate)
+	case !(o.Rate >= 0):
+		return fmt.Errorf("bench: rate %v must be 0 (closed loop) or positive", o.Rate)
 	}
 	return nil
 }

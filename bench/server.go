@@ -60,7 +60,7 @@ func (o ServerOptions) config() map[string]any {
 
 // RunServer runs the raw-codec workload.
 func RunServer(ctx context.Context, o ServerOptions) (*Result, error) {
-	if o.Connections < 1 || o.InFlight < 1 || o.EntrySize < 0 || o.Duration <= 0 || o.Rate < 0 || o.PaceInterval <= 0 {
+	if o.Connections < 1 || o.InFlight < 1 || o.EntrySize < 0 || o.Duration <= 0 || !(o.Rate >= 0) || o.PaceInterval <= 0 {
 		return nil, fmt.Errorf("bench: connections (%d), in-flight (%d), duration and pace interval must be positive, entry size and rate not negative",
 			o.Connections, o.InFlight)
 	}

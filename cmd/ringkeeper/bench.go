@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -111,7 +112,11 @@ func benchJournalCommand() *cobra.Command {
 		Long: `Appends entries to one journal per --dir from --writers goroutines, each with
 --outstanding appends in flight, and reports durable throughput and add latency.
 MB means 10^6 bytes of entry payload.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(o.Dirs) == 0 {
+				return errors.New("bench journal: --dir must name a directory")
+			}
 			var err error
 			if o.Engine, err = diskio.ParseEngine(engine); err != nil {
 				return err
@@ -185,7 +190,11 @@ ledgers roll over every --ledger-entries entries and --delete-fraction of the fu
 deleted once flushed, so entry logs fill with garbage. The result is the phase with compaction;
 its baseline is the phase without, and its extra figures give the throughput and p99 ratios, the
 compaction rate (MB/s copied and read) and the space reclaimed.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(o.JournalDirs) == 0 || len(o.LedgerDirs) == 0 {
+				return errors.New("bench storage: --journal-dir and --ledger-dir must each name a directory")
+			}
 			var err error
 			if o.Engine, err = diskio.ParseEngine(engine); err != nil {
 				return err

@@ -61,6 +61,7 @@ func benchWriteCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "write",
 		Short: "Clients append to ledgers over the network",
+		Args:  cobra.NoArgs,
 		RunE: workloadRunE(&out, &o.Target.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
 			return bench.RunWrite(ctx, o)
 		}),
@@ -86,6 +87,7 @@ func benchServerCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Raw v2-protocol connections pipeline adds to one bookie (no client library)",
+		Args:  cobra.NoArgs,
 		RunE: workloadRunE(&out, &o.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
 			return bench.RunServer(ctx, o)
 		}),
@@ -111,6 +113,7 @@ func benchReadCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "read",
 		Short: "Catch-up reads of ledgers written first (sequential or random)",
+		Args:  cobra.NoArgs,
 		RunE: workloadRunE(&out, &o.Target.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
 			return bench.RunRead(ctx, o)
 		}),
@@ -136,6 +139,7 @@ func benchTailCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tail",
 		Short: "Readers follow writers; latency is from append to read",
+		Args:  cobra.NoArgs,
 		RunE: workloadRunE(&out, &o.Target.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
 			return bench.RunTail(ctx, o)
 		}),
@@ -163,6 +167,7 @@ func benchStressCommand() *cobra.Command {
 --kill-bookies (needs --standalone) bookies are stopped and restarted at random. At the end every
 acknowledged entry of every ledger that was not deleted is recovered and read back; any loss is an
 error and the command fails.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			res, err := out.run(cmd.Context(), physlimitDir(o.DataDir), &o.Progress, func(ctx context.Context) (*bench.Result, error) {
 				return bench.RunStress(ctx, o)

@@ -46,6 +46,7 @@ func benchDlogWriteCommand() *cobra.Command {
 records unacknowledged (or at --rate), batched into entries of up to --buffer-size bytes with at most
 --in-flight entries in flight. With --baseline it first appends --record-size entries straight to a
 ledger with --in-flight appends in flight, on the same cluster, as the result's baseline.`,
+		Args: cobra.NoArgs,
 		RunE: workloadRunE(&out, &o.Target.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
 			return dlogbench.RunWrite(ctx, o)
 		}),
@@ -63,6 +64,7 @@ func benchDlogTailCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tail",
 		Short: "Readers follow a log from its tail; latency is from write to read",
+		Args:  cobra.NoArgs,
 		RunE: workloadRunE(&out, &o.Target.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
 			return dlogbench.RunTail(ctx, o)
 		}),

@@ -76,7 +76,7 @@ func DefaultTailOptions() Options {
 
 func (o Options) validate() error {
 	if o.RecordSize < 0 || o.RecordSize > dlog.MaxRecordSize || o.Outstanding < 1 || o.InFlight < 1 ||
-		o.Duration <= 0 || o.Rate < 0 || o.Readers < 0 {
+		o.Duration <= 0 || !(o.Rate >= 0) || o.Readers < 0 {
 		return fmt.Errorf("bench: dlog: record size %d (0..%d), outstanding %d and in-flight %d (positive), duration %v, rate %v, readers %d",
 			o.RecordSize, dlog.MaxRecordSize, o.Outstanding, o.InFlight, o.Duration, o.Rate, o.Readers)
 	}
