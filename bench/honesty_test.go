@@ -188,3 +188,29 @@ func TestStressCountsALossFoundDuringTheRun(t *testing.T) {
 		t.Fatalf("%d ledgers were found with lost entries, the result reports %v (errors %d)", len(reported), got, res.Errors)
 	}
 }
+
+// The journal bench paces its writers itself: a rate beyond what its nanosecond interval can
+// express must stay open loop (latency from each append's due time, which falls ever further
+// behind), as newPacer does; it became an interval of 0, the closed loop's marker, so the
+// latency came out as the journal's own, as if nothing queued.
+func TestJournalHugeRateStaysOpenLoop(t *testing.T) {
+	o := DefaultJournalOptions()
+	o.Dirs = []string{t.TempDir()}
+	o.Writers, o.Outstanding, o.Ledgers = 1, 1, 1
+	o.EntrySize = 64
+	o.Sync = false
+	o.Rate = 1e12
+	o.Duration = 300 * time.Millisecond
+	o.MaxFileSize = 16 << 20
+	res, err := RunJournal(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d appends at a rate of %g/s: p50 %.0f us, p99 %.0f us", res.Ops, o.Rate, res.LatencyUs.P50, res.LatencyUs.P99)
+	// Open loop, the appends are due 1 ns apart and done one at a time: by the middle of the
+	// run the median append is due a good part of the run before it completes.
+	if res.LatencyUs.P50 < 0.1*float64(o.Duration.Microseconds()) {
+		t.Fatalf("p50 %.0f us at a rate of %g/s with one append in flight: timed from its send, not its due time (closed loop)",
+			res.LatencyUs.P50, o.Rate)
+	}
+}

@@ -240,9 +240,10 @@ func RunJournal(ctx context.Context, o JournalOptions) (*Result, error) {
 const maxSharedClockReads = 32
 
 func runAppendWriter(ctx context.Context, o JournalOptions, index int, aw *appendWriter, set *journal.Set) {
-	var interval int64
+	var interval int64 // 0: closed loop
 	if o.Rate > 0 {
-		interval = int64(float64(time.Second) * float64(o.Writers) / o.Rate)
+		// At least 1 ns, as newPacer's: a huge rate stays open loop.
+		interval = max(1, int64(float64(time.Second)*float64(o.Writers)/o.Rate))
 	}
 	next := monotime.Now()
 	ledger := int64(index % o.Ledgers)

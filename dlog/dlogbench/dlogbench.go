@@ -235,9 +235,11 @@ func produce(ctx context.Context, w *dlog.Writer, o Options, rec *bench.Recorder
 	var failed atomic.Pointer[error]
 	sem := make(chan struct{}, o.Outstanding)
 	var inflight sync.WaitGroup
-	var interval time.Duration
+	var interval time.Duration // 0: closed loop
 	if o.Rate > 0 {
-		interval = time.Duration(float64(time.Second) / o.Rate)
+		// At least 1 ns: a rate beyond what the clock can pace stays open loop (as fast as it
+		// can go, latency from each due time), never silently closed loop.
+		interval = max(1, time.Duration(float64(time.Second)/o.Rate))
 	}
 	done := make(chan struct{})
 	go func() {

@@ -120,3 +120,23 @@ func TestTailEndToEndCountsFromTheDueTime(t *testing.T) {
 			res.LatencyUs.P50, ack)
 	}
 }
+
+// A rate beyond what a nanosecond interval can express stays open loop (latency from each
+// record's due time, which falls ever further behind), as the bench package's pacer does; it
+// became an interval of 0, which produce takes for the closed loop.
+func TestWriteHugeRateStaysOpenLoop(t *testing.T) {
+	o := DefaultWriteOptions()
+	o.Standalone, o.DataDir, o.Bookie = true, t.TempDir(), clustertest.SmallBookie
+	o.Outstanding = 1
+	o.Rate = 1e12
+	o.Duration = 500 * time.Millisecond
+	res, err := RunWrite(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d records at a rate of %g/s: p50 %.0f us", res.Ops, o.Rate, res.LatencyUs.P50)
+	if res.LatencyUs.P50 < 0.1*float64(o.Duration.Microseconds()) {
+		t.Fatalf("p50 %.0f us at a rate of %g/s with one record outstanding: timed from its send, not its due time (closed loop)",
+			res.LatencyUs.P50, o.Rate)
+	}
+}
