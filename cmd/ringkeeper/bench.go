@@ -36,6 +36,7 @@ type output struct {
 	physlimit        bool
 	physlimitSeconds int
 	physlimitJobs    []string
+	physlimitDir     string
 }
 
 func (o *output) register(f *pflag.FlagSet) {
@@ -44,6 +45,7 @@ func (o *output) register(f *pflag.FlagSet) {
 	f.BoolVar(&o.physlimit, "physlimit", false, "measure the disk's limit with ../shared/tools/physlimit (fio) on the data dir first and quote ratios")
 	f.IntVar(&o.physlimitSeconds, "physlimit-seconds", 5, "seconds per physlimit job")
 	f.StringSliceVar(&o.physlimitJobs, "physlimit-jobs", nil, "physlimit jobs to run (default: all)")
+	f.StringVar(&o.physlimitDir, "physlimit-dir", "", "a directory on the disk --physlimit measures (default: the run's own data dir; required against bookies the run does not start)")
 }
 
 func (o *output) progress() io.Writer {
@@ -68,10 +70,17 @@ func (o *output) run(ctx context.Context, dir string, progress *io.Writer, workl
 	return res, o.result(res, phys)
 }
 
-// measure runs the disk-limit measurement on dir when --physlimit is set.
+// measure runs the disk-limit measurement on dir (--physlimit-dir if given; "": the disk is
+// not known here) when --physlimit is set.
 func (o *output) measure(ctx context.Context, dir string) (map[string]bench.PhysLimitJob, error) {
 	if !o.physlimit {
 		return nil, nil
+	}
+	if o.physlimitDir != "" {
+		dir = o.physlimitDir
+	}
+	if dir == "" {
+		return nil, errors.New("bench: --physlimit against bookies this run does not start needs --physlimit-dir, a directory on their disk (this machine's temporary directory may be another disk)")
 	}
 	return bench.RunPhysLimit(ctx, bench.PhysLimitOptions{Dir: dir, Seconds: o.physlimitSeconds, Jobs: o.physlimitJobs}, o.progress())
 }
@@ -208,13 +217,14 @@ compaction rate (MB/s copied and read) and the space reclaimed.`,
 			o.EntryLogSize = entryLogMB << 20
 			o.Progress = out.progress()
 			// The adds wait for the journal's syncs and the reads for the entry logs: each is
-			// quoted against its own disk (measured once when both are on one device).
+			// quoted against its own disk (measured once when both are on one device, or when
+			// --physlimit-dir names the one disk to measure).
 			phys, err := out.measure(cmd.Context(), o.JournalDirs[0])
 			if err != nil {
 				return err
 			}
 			readPhys := phys
-			if phys != nil && o.Read != "" && !sameDevice(o.JournalDirs[0], o.LedgerDirs[0]) {
+			if phys != nil && o.Read != "" && out.physlimitDir == "" && !sameDevice(o.JournalDirs[0], o.LedgerDirs[0]) {
 				if readPhys, err = out.measure(cmd.Context(), o.LedgerDirs[0]); err != nil {
 					return err
 				}

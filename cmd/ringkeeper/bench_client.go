@@ -37,20 +37,25 @@ func quorumFlags(f *pflag.FlagSet, ensemble, writeQuorum, ackQuorum *int) {
 	f.IntVar(ackQuorum, "ack-quorum", *ackQuorum, "ack quorum")
 }
 
-// physlimitDir is where --physlimit measures the disk: the data dir, or the temporary
-// directory that a run without one uses.
-func physlimitDir(dataDir string) string {
-	if dataDir != "" {
+// physlimitDir is where --physlimit measures the disk: the data dir of bookies the run starts
+// (standalone), or the temporary directory that such a run without one uses; "" when the
+// bookies run elsewhere, whose disk only --physlimit-dir can name.
+func physlimitDir(standalone bool, dataDir string) string {
+	switch {
+	case !standalone:
+		return ""
+	case dataDir != "":
 		return dataDir
 	}
 	return os.TempDir()
 }
 
-// workloadRunE is the RunE of a workload command: --physlimit measures *dataDir (read once the
-// flags are parsed), then workload runs and its result is printed.
-func workloadRunE(out *output, dataDir *string, progress *io.Writer, workload func(context.Context) (*bench.Result, error)) func(*cobra.Command, []string) error {
+// workloadRunE is the RunE of a workload command: --physlimit measures the disk of the
+// bookies under test (physlimitDir of *standalone and *dataDir, read once the flags are
+// parsed), then workload runs and its result is printed.
+func workloadRunE(out *output, standalone *bool, dataDir *string, progress *io.Writer, workload func(context.Context) (*bench.Result, error)) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, _ []string) error {
-		_, err := out.run(cmd.Context(), physlimitDir(*dataDir), progress, workload)
+		_, err := out.run(cmd.Context(), physlimitDir(*standalone, *dataDir), progress, workload)
 		return err
 	}
 }
@@ -62,7 +67,7 @@ func benchWriteCommand() *cobra.Command {
 		Use:   "write",
 		Short: "Clients append to ledgers over the network",
 		Args:  cobra.NoArgs,
-		RunE: workloadRunE(&out, &o.Target.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+		RunE: workloadRunE(&out, &o.Target.Standalone, &o.Target.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
 			return bench.RunWrite(ctx, o)
 		}),
 	}
@@ -88,7 +93,7 @@ func benchServerCommand() *cobra.Command {
 		Use:   "server",
 		Short: "Raw v2-protocol connections pipeline adds to one bookie (no client library)",
 		Args:  cobra.NoArgs,
-		RunE: workloadRunE(&out, &o.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+		RunE: workloadRunE(&out, &o.Standalone, &o.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
 			return bench.RunServer(ctx, o)
 		}),
 	}
@@ -114,7 +119,7 @@ func benchReadCommand() *cobra.Command {
 		Use:   "read",
 		Short: "Catch-up reads of ledgers written first (sequential or random)",
 		Args:  cobra.NoArgs,
-		RunE: workloadRunE(&out, &o.Target.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+		RunE: workloadRunE(&out, &o.Target.Standalone, &o.Target.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
 			return bench.RunRead(ctx, o)
 		}),
 	}
@@ -140,7 +145,7 @@ func benchTailCommand() *cobra.Command {
 		Use:   "tail",
 		Short: "Readers follow writers; latency is from append to read",
 		Args:  cobra.NoArgs,
-		RunE: workloadRunE(&out, &o.Target.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+		RunE: workloadRunE(&out, &o.Target.Standalone, &o.Target.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
 			return bench.RunTail(ctx, o)
 		}),
 	}
@@ -169,7 +174,7 @@ acknowledged entry of every ledger that was not deleted is recovered and read ba
 error and the command fails.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			res, err := out.run(cmd.Context(), physlimitDir(o.DataDir), &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+			res, err := out.run(cmd.Context(), physlimitDir(o.Standalone, o.DataDir), &o.Progress, func(ctx context.Context) (*bench.Result, error) {
 				return bench.RunStress(ctx, o)
 			})
 			if err == nil && res.Errors > 0 {

@@ -47,7 +47,7 @@ records unacknowledged (or at --rate), batched into entries of up to --buffer-si
 --in-flight entries in flight. With --baseline it first appends --record-size entries straight to a
 ledger with --in-flight appends in flight, on the same cluster, as the result's baseline.`,
 		Args: cobra.NoArgs,
-		RunE: workloadRunE(&out, &o.Target.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+		RunE: workloadRunE(&out, &o.Target.Standalone, &o.Target.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
 			return dlogbench.RunWrite(ctx, o)
 		}),
 	}
@@ -65,7 +65,7 @@ func benchDlogTailCommand() *cobra.Command {
 		Use:   "tail",
 		Short: "Readers follow a log from its tail; latency is from write to read",
 		Args:  cobra.NoArgs,
-		RunE: workloadRunE(&out, &o.Target.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
+		RunE: workloadRunE(&out, &o.Target.Standalone, &o.Target.DataDir, &o.Progress, func(ctx context.Context) (*bench.Result, error) {
 			return dlogbench.RunTail(ctx, o)
 		}),
 	}
