@@ -69,6 +69,9 @@ for name, runs in results["runs"].items():
         line += f"  MB/s / sync1m = {mb / lim('sync1m', 'mb_per_sec'):.2f}"
     else:
         line += f"  p50 / sync4k p50 = {p50 / lim('sync4k', 'p50_us'):.2f}"
+    # Failed appends are part of the figure: a median of runs that failed must say so.
+    errs = [r["errors"] for r in runs]
+    line += f"  errors {sum(errs)} (in {sum(1 for e in errs if e)} of {len(runs)} runs)"
     print(line)
 if args.out:
     with open(args.out, "w") as f:

@@ -124,5 +124,44 @@ class BenchFigures(unittest.TestCase):
             self.assertIn("error", runs[0])
 
 
+# A fake binary for bench-journal.py: every run prints a journal result with 3 failed appends.
+FAKE_JOURNAL = textwrap.dedent('''\
+    #!/usr/bin/env python3
+    import json
+    print(json.dumps({"ops_per_sec": 1000.0, "mb_per_sec": 1.0, "errors": 3,
+                      "latency_us": {"p50": 100.0, "p99": 200.0}}))
+''')
+
+FAKE_PHYSLIMIT = textwrap.dedent('''\
+    #!/bin/sh
+    echo '{"sync4k": {"ops_per_sec": 1, "mb_per_sec": 1, "p50_us": 50, "p99_us": 60}, "sync1m": {"ops_per_sec": 1, "mb_per_sec": 100, "p50_us": 1, "p99_us": 1}, "seq1m": {"ops_per_sec": 1, "mb_per_sec": 200, "p50_us": 1, "p99_us": 1}}'
+''')
+
+
+class BenchJournal(unittest.TestCase):
+    def test_errors_are_reported(self):
+        """A figure whose runs had failed appends says so: the errors were dropped, and the
+        median of runs that failed read like any other."""
+        with tempfile.TemporaryDirectory() as tmp:
+            # bench-journal.py finds physlimit at ../../shared/tools from its own directory.
+            scripts = os.path.join(tmp, "repo", "scripts")
+            tools = os.path.join(tmp, "shared", "tools")
+            os.makedirs(scripts)
+            os.makedirs(tools)
+            with open(os.path.join(HERE, "bench-journal.py")) as f, open(os.path.join(scripts, "bench-journal.py"), "w") as g:
+                g.write(f.read())
+            for path, text in ((os.path.join(tools, "physlimit"), FAKE_PHYSLIMIT), (os.path.join(tmp, "ringkeeper"), FAKE_JOURNAL)):
+                with open(path, "w") as f:
+                    f.write(text)
+                os.chmod(path, 0o755)
+            p = subprocess.run([sys.executable, os.path.join(scripts, "bench-journal.py"), "--dir", tmp, "--reps", "1",
+                                "--binary", os.path.join(tmp, "ringkeeper"), "--only", "lat-psync-reuse"],
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            line = [l for l in p.stdout.splitlines() if l.startswith("lat-psync-reuse")]
+            self.assertEqual(len(line), 1, p.stdout)
+            self.assertIn("errors 3", line[0])
+
+
 if __name__ == "__main__":
     unittest.main()
