@@ -36,10 +36,31 @@ type blockingAdds struct {
 func (b *blockingAdds) start(s *Server, workers, queue int) {
 	b.workerPool.start(workers, queue, func(t blockingAdd) {
 		b.bytes.Add(-int64(len(t.entry)))
-		if err := s.storage.Add(t.key[:], t.entry, t.recovery, s.addDone, t.op); err != nil {
-			s.addDone(t.op, err)
-		}
+		s.blockingAdd(t)
 	})
+}
+
+// blockingAdd calls Storage.Add for a queued add. A panic in it is contained as on the event
+// loop (handleAdd): the add's reservation is given back and its connection is closed, and the
+// worker goes on.
+func (s *Server) blockingAdd(t blockingAdd) {
+	cc := t.op.cc
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		if r := recover(); r != nil {
+			cc.releaseAdd()
+			s.recovered(cc, r)
+			cc.closeAsync()
+		}
+	}()
+	err := s.storage.Add(t.key[:], t.entry, t.recovery, s.addDone, t.op)
+	returned = true
+	if err != nil {
+		s.addDone(t.op, err)
+	}
 }
 
 // submit queues an add with a copy of its entry; false if the queue or its byte budget is full.

@@ -3,6 +3,7 @@ package server
 import (
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ringkeeper/ringkeeper/net/protocol"
 	"github.com/ringkeeper/ringkeeper/net/server/servertest"
@@ -55,5 +56,52 @@ func TestAddsThatWouldBlockGoToWorkers(t *testing.T) {
 	}
 	if st.tries.Load() < 200 {
 		t.Fatalf("TryAdd called %d times", st.tries.Load())
+	}
+}
+
+// waitingStorage never takes an add without waiting (TryAdd queued=false), so that every add
+// goes to the blocking-add workers.
+type waitingStorage struct{ *servertest.MemStorage }
+
+func (s waitingStorage) TryAdd([]byte, []byte, bool, func(any, error), any) (bool, error) {
+	return false, nil
+}
+
+// TestPanicInABlockingAddContained: a Storage.Add that panics on a blocking-add worker is
+// contained as on the event loop (TestPanicContained): its connection is closed, the add's
+// reservation is given back, and the process goes on serving the other connections. The
+// worker's panic was not recovered, and it took the whole process down.
+func TestPanicInABlockingAddContained(t *testing.T) {
+	st := waitingStorage{servertest.NewMemStorage()}
+	defer st.Close()
+	cfg := DefaultConfig()
+	cfg.Addr, cfg.Logger, cfg.ErrorCode = "127.0.0.1:0", testLogger(), servertest.ErrorCode
+	srv := mustStart(t, cfg, st)
+	defer srv.Stop(t.Context())
+	dial := func() *servertest.Client {
+		c, err := servertest.Dial(srv.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	good, bad := dial(), dial()
+	st.PanicOnAdd(666)
+	_ = bad.SendAdd(keyA, entry(666, 0, "boom"), 0)
+	_ = bad.Flush()
+	if err := bad.ExpectClosed(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	mustAdd(t, good, keyA, entry(1, 0, "fine"), 0, protocol.EOK)
+	eventually(t, 5*time.Second, "the panicked add's reservation given back", func() bool {
+		return srv.Stats().AddsInFlight == 0
+	})
+	if n := srv.Stats().Panics; n != 1 {
+		t.Fatalf("Panics %d, want 1", n)
+	}
+	// The worker that recovered still serves adds.
+	for e := int64(1); e <= blockingAddWorkers; e++ {
+		mustAdd(t, good, keyA, entry(1, e, "still fine"), 0, protocol.EOK)
 	}
 }

@@ -135,11 +135,11 @@
 // connection. TokenAuth is a shared-token provider (constant-time comparison).
 //
 // Panics: a panic while handling a request (in our code or in a Storage method called on the
-// reader or a read worker) is recovered, logged with its stack at error level, counted
-// (Stats.Panics, ringkeeper_server_connections_closed_total{reason="panic"}), and closes that
-// connection only; the process goes on serving the others. This is containment, not
-// correctness: a panic is a bug. Storage completion callbacks run on the storage's goroutines
-// and are not wrapped.
+// reader, a read worker or a blocking-add worker) is recovered, logged with its stack at error
+// level, counted (Stats.Panics, ringkeeper_server_connections_closed_total{reason="panic"}),
+// and closes that connection only; the process goes on serving the others. This is
+// containment, not correctness: a panic is a bug. Storage completion callbacks run on the
+// storage's goroutines and are not wrapped.
 //
 // # Shutdown
 //
