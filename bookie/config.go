@@ -139,6 +139,9 @@ func (c *Config) Validate() error {
 	case c.ListeningInterface != "" && c.ListenAddress != "":
 		return bad("listeningInterface %q and ListenAddress %q are both set", c.ListeningInterface, c.ListenAddress)
 	}
+	if err := c.validateServer(); err != nil {
+		return err
+	}
 	// The engine's and the journal's errors are configuration errors too.
 	if err := c.Engine.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadConfig, err)
@@ -146,6 +149,42 @@ func (c *Config) Validate() error {
 	jc := c.Engine.Journal // the template: each journal gets its dir at start
 	jc.Dir = c.Engine.JournalDirs[0]
 	if err := jc.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	return nil
+}
+
+// maxFrameSize is the largest nettyMaxFrameSizeBytes: the key also sets the journal's record
+// limit, which is at most 1 GiB.
+const maxFrameSize = 1 << 30
+
+// validateServer checks the network server's settings, named by their keys, before anything
+// is opened or written (the server checks them again when it starts). 0 keeps a setting's
+// default, as in server.Config.
+func (c *Config) validateServer() error {
+	sc := c.Server
+	for _, k := range []struct {
+		key string
+		v   int
+	}{
+		{"serverNumIOThreads", sc.NumEventLoops},
+		{"numReadWorkerThreads", sc.NumReadWorkerThreads},
+		{"maxPendingAddRequestsPerThread", sc.MaxPendingAddRequestsPerThread},
+		{"maxPendingReadRequestsPerThread", sc.MaxPendingReadRequestsPerThread},
+		{"maxAddsInProgressLimit", sc.MaxAddsInProgressLimit},
+		{"maxReadsInProgressLimit", sc.MaxReadsInProgressLimit},
+		{"maxUnwrittenReadBytes", sc.MaxUnwrittenReadBytes},
+	} {
+		if k.v < 0 {
+			return fmt.Errorf("%w: %s %d is negative", ErrBadConfig, k.key, k.v)
+		}
+	}
+	if n := sc.MaxFrameSize; n != 0 && (n < server.MinMaxFrameSize || n > maxFrameSize) {
+		return fmt.Errorf("%w: nettyMaxFrameSizeBytes %d is not in [%d, %d] (an add must fit, and the journal's records are at most 1 GiB)",
+			ErrBadConfig, n, server.MinMaxFrameSize, maxFrameSize)
+	}
+	sc.EnsureDefaults()
+	if err := sc.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
 	return nil

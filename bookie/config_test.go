@@ -302,3 +302,42 @@ func TestMemoryBudgetCountsUnwrittenReads(t *testing.T) {
 			got, want, c.Engine.IndexBlockCacheSize)
 	}
 }
+
+// TestServerKeysCheckedByValidate: a bad value of a key that sets the network server is a
+// config error naming the key at Validate, before the engine opens and the cookie is written.
+// Validate left the server's settings out: such a value passed, the engine opened and the
+// cookie went to the metadata store, and only then did the server refuse it, naming a Go
+// field (NumEventLoops, MaxFrameSize) instead of the key, outside ErrBadConfig.
+func TestServerKeysCheckedByValidate(t *testing.T) {
+	for _, kv := range [][2]string{
+		{"serverNumIOThreads", "-1"},
+		{"numReadWorkerThreads", "-1"},
+		{"maxPendingAddRequestsPerThread", "-1"},
+		{"maxPendingReadRequestsPerThread", "-1"},
+		{"maxAddsInProgressLimit", "-1"},
+		{"maxReadsInProgressLimit", "-1"},
+		{"maxUnwrittenReadBytes", "-1"},
+		{"nettyMaxFrameSizeBytes", "1"},
+		{"nettyMaxFrameSizeBytes", "-1"},
+	} {
+		c := testConfig(t, "etcd://127.0.0.1:1/ledgers", t.TempDir())
+		if _, err := c.Apply(map[string]string{kv[0]: kv[1]}); err != nil {
+			if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), kv[0]) {
+				t.Errorf("%s=%s: Apply: %v, want ErrBadConfig naming the key", kv[0], kv[1], err)
+			}
+			continue
+		}
+		if err := c.Validate(); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), kv[0]) {
+			t.Errorf("%s=%s: Validate: %v, want ErrBadConfig naming the key", kv[0], kv[1], err)
+		}
+	}
+	// Zero keeps each one's default, as in the server's config.
+	c := testConfig(t, "etcd://127.0.0.1:1/ledgers", t.TempDir())
+	if _, err := c.Apply(map[string]string{"serverNumIOThreads": "0", "numReadWorkerThreads": "0",
+		"maxAddsInProgressLimit": "0", "maxReadsInProgressLimit": "0"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("zeros: %v", err)
+	}
+}

@@ -48,6 +48,8 @@ const (
 	DefaultTLSHandshakeTimeout = 10 * time.Second
 	// DefaultResumeInterval is how often paused connections are re-examined.
 	DefaultResumeInterval = 5 * time.Millisecond
+	// MinMaxFrameSize is the smallest MaxFrameSize Validate takes: room for an add.
+	MinMaxFrameSize = protocol.LengthPrefixSize + protocol.ResponseHeaderSize + protocol.StoredEntryHeaderSize + protocol.MasterKeyLength
 )
 
 // Config configures a Server. The zero value of every field means its default (EnsureDefaults);
@@ -242,7 +244,7 @@ func (c *Config) Validate() error {
 		return bad("NumEventLoops %d < 1", c.NumEventLoops)
 	case c.SocketSendBufferBytes < 0 || c.SocketRecvBufferBytes < 0:
 		return bad("negative socket buffer size")
-	case c.MaxFrameSize < protocol.LengthPrefixSize+protocol.ResponseHeaderSize+protocol.StoredEntryHeaderSize+protocol.MasterKeyLength:
+	case c.MaxFrameSize < MinMaxFrameSize:
 		return bad("MaxFrameSize %d is too small to carry an add", c.MaxFrameSize)
 	case c.ReadBufferCap < 1 || c.ReadBufferCap > 1<<30:
 		return bad("ReadBufferCap %d not in [1, 1 GiB]", c.ReadBufferCap)
