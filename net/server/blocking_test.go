@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ringkeeper/ringkeeper/net/protocol"
 	"github.com/ringkeeper/ringkeeper/net/server/servertest"
 )
@@ -103,5 +105,87 @@ func TestPanicInABlockingAddContained(t *testing.T) {
 	// The worker that recovered still serves adds.
 	for e := int64(1); e <= blockingAddWorkers; e++ {
 		mustAdd(t, good, keyA, entry(1, e, "still fine"), 0, protocol.EOK)
+	}
+}
+
+// stuckStorage never takes an add without waiting, and its Add waits until release is closed,
+// so that the blocking-add workers and their queue fill up.
+type stuckStorage struct {
+	*servertest.MemStorage
+	release chan struct{}
+}
+
+func (s stuckStorage) TryAdd([]byte, []byte, bool, func(any, error), any) (bool, error) {
+	return false, nil
+}
+
+func (s stuckStorage) Add(key, stored []byte, recovery bool, done func(any, error), ctx any) error {
+	<-s.release
+	return s.MemStorage.Add(key, stored, recovery, done, ctx)
+}
+
+// TestBlockingAddQueueFullIsTooManyRequests: an add that finds the blocking-add workers and
+// their queue full is the server's own back-pressure: it is answered ETOOMANYREQUESTS whatever
+// Config.ErrorCode says of storage errors, and counted as rejected (Stats.Rejected,
+// bookkeeper_server_ADD_ENTRY_REJECTED), as every other ETOOMANYREQUESTS the server decides.
+// It went through ErrorCode (EIO with the default, or with one that does not know
+// ErrTooManyAdds, making a client change ensembles) and was not counted.
+func TestBlockingAddQueueFullIsTooManyRequests(t *testing.T) {
+	st := stuckStorage{servertest.NewMemStorage(), make(chan struct{})}
+	defer st.Close()
+	cfg := DefaultConfig()
+	cfg.Addr, cfg.Logger, cfg.ErrorCode = "127.0.0.1:0", testLogger(), servertest.ErrorCode
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = NewMetrics(reg)
+	srv := mustStart(t, cfg, st)
+	defer srv.Stop(t.Context())
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(st.release)
+		}
+	}
+	defer release() // before Stop, which waits for the adds in flight
+	c, err := servertest.Dial(srv.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const n = blockingAddWorkers + blockingAddQueue + 100
+	go func() {
+		for e := int64(0); e < n; e++ {
+			_ = c.SendAdd(keyA, entry(1, e, "x"), 0)
+		}
+		_ = c.Flush()
+	}()
+	// At most blockingAddWorkers+blockingAddQueue adds are taken, and they wait: the first 100
+	// responses are refusals, answered at once.
+	var refused int64
+	recv := func(wantRefused bool) {
+		t.Helper()
+		resp, err := c.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch rc := resp.Add.RC; {
+		case rc == protocol.ETOOMANYREQUESTS:
+			refused++
+		case rc != protocol.EOK || wantRefused:
+			t.Fatalf("add %d: %v, want ETOOMANYREQUESTS", resp.Add.EntryID, rc)
+		}
+	}
+	for range 100 {
+		recv(true)
+	}
+	release()
+	for range n - 100 {
+		recv(false)
+	}
+	if got := srv.Stats().Rejected; got != refused {
+		t.Fatalf("Stats.Rejected %d, want the %d adds answered ETOOMANYREQUESTS", got, refused)
+	}
+	if got := metricValue(t, reg, "bookkeeper_server_ADD_ENTRY_REJECTED"); got != float64(refused) {
+		t.Fatalf("ADD_ENTRY_REJECTED %v, want %d", got, refused)
 	}
 }

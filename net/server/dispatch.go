@@ -188,7 +188,7 @@ func (cc *connState) handleAdd(r *protocol.AddRequest) {
 	returned = true
 	if err != nil {
 		cc.releaseAdd()
-		rc := s.cfg.ErrorCode(err)
+		rc := s.addErrorCode(err)
 		s.metrics.observeAdd(op.start, false)
 		*op = addOp{}
 		s.addOps.Put(op)
@@ -206,12 +206,27 @@ func (s *Server) completeAdd(ctx any, err error) {
 	s.addOps.Put(op)
 	rc := protocol.EOK
 	if err != nil {
-		rc = s.cfg.ErrorCode(err)
+		rc = s.addErrorCode(err)
 		s.log.Debug("server: add failed", "remote", cc.remote, "ledger", ledgerID, "entry", entryID, "code", rc, "err", err)
 	}
 	cc.queueAdd(version, rc, ledgerID, entryID)
 	cc.releaseAdd()
 	s.metrics.observeAdd(start, rc == protocol.EOK)
+}
+
+// addErrorCode is the return code of an add that failed with err: ETOOMANYREQUESTS for the
+// server's own ErrTooManyAdds (whatever Config.ErrorCode says), else Config.ErrorCode's. An add
+// answered ETOOMANYREQUESTS is counted as rejected, as those refused on the reader are.
+func (s *Server) addErrorCode(err error) protocol.ReturnCode {
+	rc := protocol.ETOOMANYREQUESTS
+	if !errors.Is(err, ErrTooManyAdds) {
+		rc = s.cfg.ErrorCode(err)
+	}
+	if rc == protocol.ETOOMANYREQUESTS {
+		s.stats.rejected.Add(1)
+		s.metrics.addRejected()
+	}
+	return rc
 }
 
 // handleRead answers a read from the cache on the reader when it can, else queues it for the
