@@ -367,7 +367,12 @@ var Keys = map[string]setter{
 		if err != nil {
 			return err
 		}
-		c.AuthToken = strings.TrimSpace(string(b))
+		token := strings.TrimSpace(string(b))
+		if token == "" {
+			// An empty token turns authentication off: refuse rather than serve every client.
+			return fmt.Errorf("%s holds no token", v)
+		}
+		c.AuthToken = token
 		return nil
 	},
 	"metadataServiceUri":                stringKey(func(c *Config) *string { return &c.MetadataServiceURI }),

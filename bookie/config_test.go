@@ -253,6 +253,23 @@ func TestAuthTokenAndTokenFileBothSetIsRefused(t *testing.T) {
 	}
 }
 
+// TestEmptyAuthTokenFileIsRefused: bookieAuthTokenFile naming an empty (or blank) file is a
+// config error naming the key. It left AuthToken empty, which turns authentication off: a
+// bookie whose token secret was not yet in place served every client unauthenticated.
+func TestEmptyAuthTokenFileIsRefused(t *testing.T) {
+	for _, content := range []string{"", " \n\t\n"} {
+		file := filepath.Join(t.TempDir(), "token")
+		if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultConfig()
+		_, err := cfg.Apply(map[string]string{"bookieAuthTokenFile": file})
+		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "bookieAuthTokenFile") {
+			t.Fatalf("bookieAuthTokenFile with %q: %v (token %q), want ErrBadConfig naming the key", content, err, cfg.AuthToken)
+		}
+	}
+}
+
 // TestMaxUnwrittenReadBytesKey: maxUnwrittenReadBytes sets the server's bound on unwritten
 // read response bytes.
 func TestMaxUnwrittenReadBytesKey(t *testing.T) {
