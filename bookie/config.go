@@ -122,6 +122,11 @@ func (c *Config) Validate() error {
 		return bad("prometheusStatsHttpPort %d is not a port (0: no HTTP server, -1: any free port)", c.PrometheusStatsHTTPPort)
 	case c.TLSPort != 0 && (c.TLSCertificatePath == "" || c.TLSKeyPath == ""):
 		return bad("tlsPort is set but tlsCertificatePath or tlsKeyStore is not")
+	case c.TLSClientAuthentication && c.TLSPort == 0:
+		// Ignored, it would leave the plaintext port serving clients without a certificate.
+		return bad("tlsClientAuthentication=true needs tlsPort: client certificates come over TLS")
+	case c.TLSClientAuthentication && c.TLSTrustStorePath == "":
+		return bad("tlsClientAuthentication=true needs tlsTrustStore, the CAs client certificates must chain to")
 	case len(c.AuthorizedRoles) > 0 && (c.TLSPort == 0 || !c.TLSClientAuthentication):
 		return bad("authorizedRoles needs tlsPort and tlsClientAuthentication=true: roles come from client certificates")
 	case c.DiskUsageThreshold <= 0 || c.DiskUsageThreshold > 1:

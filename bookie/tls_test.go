@@ -2,6 +2,7 @@ package bookie
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -152,5 +153,29 @@ func TestAuthorizedRolesKey(t *testing.T) {
 	}
 	if rc, err := dial("audit").Add(key, entry(2, 0), 0); err != nil || rc != protocol.EUA {
 		t.Fatalf("role audit: %v %v, want EUA", rc, err)
+	}
+}
+
+// TestTLSClientAuthenticationNeedsTLSPortAndTrustStore: tlsClientAuthentication=true is a
+// config error naming what it lacks at Validate: without tlsPort it was ignored, and the
+// bookie served every client on its plaintext port without a certificate; without
+// tlsTrustStore the bookie opened its engine and wrote its cookie before LoadTLSConfig refused
+// it, outside ErrBadConfig.
+func TestTLSClientAuthenticationNeedsTLSPortAndTrustStore(t *testing.T) {
+	dir := t.TempDir()
+	noPort := testConfig(t, "etcd://127.0.0.1:1/ledgers", dir)
+	noPort.TLSClientAuthentication = true
+	if err := noPort.Validate(); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "tlsClientAuthentication") {
+		t.Fatalf("tlsClientAuthentication without tlsPort: %v, want ErrBadConfig naming it", err)
+	}
+	noCA := testConfig(t, "etcd://127.0.0.1:1/ledgers", dir)
+	noCA.TLSPort, noCA.TLSCertificatePath, noCA.TLSKeyPath = 3182, "cert.pem", "key.pem"
+	noCA.TLSClientAuthentication = true
+	if err := noCA.Validate(); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "tlsTrustStore") {
+		t.Fatalf("tlsClientAuthentication without tlsTrustStore: %v, want ErrBadConfig naming tlsTrustStore", err)
+	}
+	noCA.TLSTrustStorePath = "ca.pem"
+	if err := noCA.Validate(); err != nil {
+		t.Fatalf("tlsClientAuthentication with tlsPort and tlsTrustStore: %v", err)
 	}
 }
