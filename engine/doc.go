@@ -104,7 +104,10 @@
 //
 // DeleteLedger drops the ledger's state and cached entries at once and removes its index rows (a
 // range delete) at the next checkpoint, or earlier when garbage collection commits pending
-// deletions. Its entries stay in entry logs until garbage collection. A ledger deleted after the
+// deletions. Its entries stay in entry logs until garbage collection. An add that found the
+// ledger before the deletion (the ledger's addMu orders them) has its entry in the cache before
+// the deletion drops the cached entries, or looks the ledger up again and is refused like any
+// add to a deleted id: no entry of a deleted ledger reaches the index after its range delete. A ledger deleted after the
 // last persisted mark can come back from journal replay after a crash (a known issue: the
 // journal has no deletion record); deletion is driven by the metadata store and is repeated by
 // the next GC run.

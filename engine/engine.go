@@ -573,7 +573,9 @@ func (e *Engine) add(masterKey, stored []byte, recovery bool, done func(ctx any,
 	}
 	// Under addMu from the fenced check to the journal: a fence either comes first (the add is
 	// refused) or journals its record after this one, so no add that is not a recovery add is
-	// acknowledged after the fence is durable.
+	// acknowledged after the fence is durable. Likewise a deletion either comes first (the
+	// ledger is looked up again: its id is refused until the deletion is covered, or it is a
+	// new ledger) or drops this add's entry from the cache after it is put there.
 	l, err := e.ledgerLockedForWrite(ledgerID, masterKey)
 	if err != nil {
 		return err
@@ -605,11 +607,11 @@ func (e *Engine) add(masterKey, stored []byte, recovery bool, done func(ctx any,
 }
 
 // ledgerLockedForWrite is ledgerForWrite for an add: it returns the ledger with its addMu
-// held, still in the table. DeleteLedger takes addMu too, so an add either has its entry in
-// the write cache before the deletion drops the ledger's entries, or finds the ledger gone and
-// starts over (refused while the id is not free, or creating the ledger anew). An entry put
-// after the deletion outlived it: the next checkpoint wrote its location after the deletion's
-// committed range delete.
+// held, not deleted. DeleteLedger takes addMu too, so an add either has its entry in the write
+// cache before the deletion drops the ledger's entries, or finds the ledger deleted and starts
+// over (refused while the id is not free, or creating the ledger anew). An entry put after the
+// deletion outlived it: the next checkpoint wrote its location after the deletion's committed
+// range delete.
 func (e *Engine) ledgerLockedForWrite(ledgerID int64, masterKey []byte) (*ledgerInfo, error) {
 	for {
 		l, err := e.ledgerForWrite(ledgerID, masterKey)
@@ -617,7 +619,7 @@ func (e *Engine) ledgerLockedForWrite(ledgerID int64, masterKey []byte) (*ledger
 			return nil, err
 		}
 		l.addMu.Lock()
-		if e.ledgers.get(ledgerID) == l {
+		if !l.deleted.Load() {
 			return l, nil
 		}
 		l.addMu.Unlock()
@@ -665,13 +667,14 @@ func (e *Engine) Fence(ledgerID int64, masterKey []byte, done func(ctx any, err 
 	if err := e.Err(); err != nil {
 		return err
 	}
-	l, err := e.ledgerForWrite(ledgerID, masterKey)
+	// Adds that passed their fenced check have journaled their records once addMu is free;
+	// later ones see the fence. The fence record goes to the same journal after them. Under
+	// addMu, the ledger is not being deleted: a deletion either comes first (the ledger is
+	// looked up again) or sees the fence and leaves a tombstone.
+	l, err := e.ledgerLockedForWrite(ledgerID, masterKey)
 	if err != nil {
 		return err
 	}
-	// Adds that passed their fenced check have journaled their records once addMu is free;
-	// later ones see the fence. The fence record goes to the same journal after them.
-	l.addMu.Lock()
 	l.fenced.Store(true)
 	l.addMu.Unlock()
 	l.mu.Lock()
@@ -887,17 +890,22 @@ func (e *Engine) DeleteLedger(ledgerID int64) error {
 	if l == nil {
 		return ErrNoLedger
 	}
-	// Under addMu: no add is between its look-up of the ledger and its put into the write
-	// cache (ledgerLockedForWrite), so none puts an entry after the drop below.
+	// Under addMu from before removeForDelete's fenced check to the drop below: a fence either
+	// comes first (the ledger leaves a tombstone) or finds the ledger gone; an add that found
+	// the ledger has its entry in the cache by now (dropped below), or sees deleted and looks
+	// the ledger up again (ledgerLockedForWrite). None lands in the cache after the drop, where
+	// a checkpoint after garbage collection's commit of the deletion would write its location
+	// back into the index.
 	l.addMu.Lock()
 	defer l.addMu.Unlock()
-	if e.ledgers.get(ledgerID) != l {
+	if l.deleted.Load() {
 		return ErrNoLedger // deleted meanwhile
 	}
-	fenced, fencedAt, ok := e.ledgers.removeForDelete(ledgerID)
-	if !ok {
-		return ErrNoLedger
+	removed, fenced, fencedAt := e.ledgers.removeForDelete(ledgerID)
+	if removed != l {
+		return ErrNoLedger // unreachable: only DeleteLedger removes a ledger, under its addMu
 	}
+	l.deleted.Store(true)
 	d := e.dir(ledgerID)
 	for _, h := range [2]*cacheHalf{d.active.Load(), d.flushing.Load()} {
 		if h != nil {

@@ -26,6 +26,11 @@ type ledgerInfo struct {
 	// while it removes the ledger and its cached entries. Never taken by journal callbacks, so
 	// holding it while Append waits for queue room cannot deadlock.
 	addMu sync.Mutex
+	// deleted is set (under addMu) once DeleteLedger has taken the ledger out of the table: an
+	// add or a read that found it before must not put an entry in a cache after DeleteLedger
+	// dropped the cached ones (garbage collection may commit the deletion first, and the next
+	// checkpoint would then write a location of the deleted ledger to the index).
+	deleted atomic.Bool
 
 	// mu guards the fields below.
 	mu          sync.Mutex
@@ -169,16 +174,16 @@ func (t *ledgerTable) loadFencedDeleted(id, at int64) {
 }
 
 // removeForDelete takes the ledger out of the table and holds its id until deleted is called
-// for it. ok is false if there is no such ledger. A ledger fenced at this point is remembered
-// as fenced-deleted, from wall-clock time fencedAt: the caller writes its tombstone with the
-// deletion.
-func (t *ledgerTable) removeForDelete(id int64) (fenced bool, fencedAt int64, ok bool) {
+// for it; it returns the ledger, nil if there is no such ledger. A ledger fenced at this point
+// is remembered as fenced-deleted, from wall-clock time fencedAt: the caller writes its
+// tombstone with the deletion.
+func (t *ledgerTable) removeForDelete(id int64) (l *ledgerInfo, fenced bool, fencedAt int64) {
 	s := &t.shards[t.shard(id)]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l := s.m[id]
+	l = s.m[id]
 	if l == nil {
-		return false, 0, false
+		return nil, false, 0
 	}
 	if fenced = l.fenced.Load(); fenced {
 		if s.fencedDeleted == nil {
@@ -192,7 +197,7 @@ func (t *ledgerTable) removeForDelete(id int64) (fenced bool, fencedAt int64, ok
 		s.deleting = make(map[int64]uint64)
 	}
 	s.deleting[id] = 0
-	return fenced, fencedAt, true
+	return l, fenced, fencedAt
 }
 
 // deleted records that the index has committed the deletion of ids, when snapshots mark
