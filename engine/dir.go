@@ -173,18 +173,22 @@ func (d *ledgerDir) get(ledger, entry int64, dst []byte) ([]byte, error) {
 	if h := d.e.readHook.Load(); h != nil && *h != nil {
 		(*h)(ledger, entry, loc)
 	}
-	sequential := false
-	if l := d.e.ledgers.get(ledger); l != nil {
-		sequential = l.lastRead.Swap(entry) == entry-1
-	}
-	if !sequential || d.e.cfg.ReadAheadBatchSize == 0 {
+	l := d.e.ledgers.get(ledger)
+	if l == nil || l.lastRead.Swap(entry) != entry-1 || d.e.cfg.ReadAheadBatchSize == 0 {
 		out, err := d.log.Read(loc, ledger, entry, dst)
 		if err != nil {
 			return dst, fmt.Errorf("%w: %w", ErrIO, err)
 		}
 		return out, nil
 	}
-	return d.readFromLog(ledger, entry, loc, dst)
+	out, err := d.readFromLog(ledger, entry, loc, dst)
+	if l.deleted.Load() {
+		// DeleteLedger dropped the ledger's cached entries, perhaps before this read cached
+		// some: drop them again, or a new ledger of the same id would be served them. (It sets
+		// deleted before it drops them, so one of the two drops comes after every put.)
+		d.reads.removeLedger(ledger)
+	}
+	return out, err
 }
 
 // getCached looks in memory only.

@@ -1,9 +1,12 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,5 +113,66 @@ func TestAddRacingGCDeletionLeavesNoLocation(t *testing.T) {
 	}
 	if _, err := e.Read(victim, 10, nil); !errors.Is(err, ErrNoEntry) {
 		t.Errorf("new ledger %d: read of entry 10, which only the deleted ledger had: %v, want ErrNoEntry", victim, err)
+	}
+}
+
+// TestReadRacingDeletionLeavesNoCachedEntry: a read that reads ahead along a ledger filled the
+// read cache after garbage collection had deleted the ledger (between the read's look-ups and
+// its entry-log read) and dropped its cached entries. Once the id was free again, a new ledger
+// of the same id was served the deleted ledger's bytes from the read cache.
+func TestReadRacingDeletionLeavesNoCachedEntry(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	checker := newFakeChecker()
+	cfg := gcConfig(t, fs, 1, checker)
+	e := openTest(t, cfg)
+	defer func() { e.Close() }()
+	const victim = 2
+	for en := int64(0); en < 10; en++ {
+		if err := addSync(e, testKey, storedEntry(victim, en), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	// The deletion (as garbage collection makes it) lands while the read reads the entry log.
+	var deleted atomic.Bool
+	fs.SetInjector(func(op diskio.Op) error {
+		if op.Kind == diskio.OpRead && strings.HasSuffix(op.Name, ".log") && !deleted.Swap(true) {
+			if err := e.DeleteLedger(victim); err != nil {
+				t.Errorf("delete: %v", err)
+			}
+		}
+		return nil
+	})
+	if _, err := e.Read(victim, 1, nil); err != nil { // sequential (after "entry 0"): it reads ahead
+		t.Logf("the racing read failed: %v", err)
+	}
+	fs.SetInjector(nil)
+	if !deleted.Load() || e.Exists(victim) {
+		t.Fatalf("ledger %d was not deleted during the read", victim)
+	}
+	checker.delete(victim)
+	if err := e.RunGC(context.Background(), nil); err != nil { // commits the deletion
+		t.Fatal(err)
+	}
+	if err := e.Checkpoint(); err != nil { // frees the id
+		t.Fatal(err)
+	}
+	// A new ledger of the same id, its entries flushed out of the write cache.
+	for en := int64(0); en < 4; en++ {
+		if err := addSync(e, testKey, versionedEntry(victim, en, 1), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	for en := int64(0); en < 4; en++ {
+		got, err := e.Read(victim, en, nil)
+		if err != nil || !bytes.Equal(got, versionedEntry(victim, en, 1)) {
+			t.Errorf("new ledger %d entry %d: err %v, its own bytes %v, the deleted ledger's bytes %v", victim, en, err,
+				bytes.Equal(got, versionedEntry(victim, en, 1)), bytes.Equal(got, storedEntry(victim, en)))
+		}
 	}
 }
