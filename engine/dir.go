@@ -161,6 +161,9 @@ func (d *ledgerDir) get(ledger, entry int64, dst []byte) ([]byte, error) {
 	if out, ok := d.getCached(ledger, entry, dst); ok {
 		return out, nil
 	}
+	// Before the look-up: a location found later may be of this ledger or, if it is deleted
+	// meanwhile, of the deleted one, never of a new ledger of the same id.
+	l := d.e.ledgers.get(ledger)
 	d.logsMu.RLock()
 	defer d.logsMu.RUnlock()
 	loc, found, err := d.idx.Location(ledger, entry)
@@ -173,7 +176,6 @@ func (d *ledgerDir) get(ledger, entry int64, dst []byte) ([]byte, error) {
 	if h := d.e.readHook.Load(); h != nil && *h != nil {
 		(*h)(ledger, entry, loc)
 	}
-	l := d.e.ledgers.get(ledger)
 	if l == nil || l.lastRead.Swap(entry) != entry-1 || d.e.cfg.ReadAheadBatchSize == 0 {
 		out, err := d.log.Read(loc, ledger, entry, dst)
 		if err != nil {

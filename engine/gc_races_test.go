@@ -176,3 +176,56 @@ func TestReadRacingDeletionLeavesNoCachedEntry(t *testing.T) {
 		}
 	}
 }
+
+// TestReadRacingDeletionAndNewLedgerLeavesNoCachedEntry: the ledger of a disk read is deleted,
+// the deletion committed and a new ledger of the same id created between the read's index
+// look-up (a location of the deleted ledger) and its entry-log read. The read took the new
+// ledger for its own and cached the deleted ledger's entry, which the new ledger was then
+// served.
+func TestReadRacingDeletionAndNewLedgerLeavesNoCachedEntry(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	checker := newFakeChecker()
+	cfg := gcConfig(t, fs, 1, checker)
+	e := openTest(t, cfg)
+	defer func() { e.Close() }()
+	const victim = 2
+	for en := int64(0); en < 10; en++ {
+		if err := addSync(e, testKey, storedEntry(victim, en), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	e.setReadHook(func(l, en int64, _ uint64) {
+		once.Do(func() {
+			checker.delete(victim)
+			if err := e.RunGC(context.Background(), nil); err != nil { // deletes, commits
+				t.Errorf("gc: %v", err)
+			}
+			if err := e.Checkpoint(); err != nil { // frees the id
+				t.Errorf("checkpoint: %v", err)
+			}
+			for en := int64(0); en < 4; en++ {
+				if err := addSync(e, testKey, versionedEntry(victim, en, 1), false); err != nil {
+					t.Errorf("add to the new ledger: %v", err)
+				}
+			}
+		})
+	})
+	if _, err := e.Read(victim, 1, nil); err != nil { // sequential (after "entry 0"): it reads ahead
+		t.Logf("the racing read failed: %v", err)
+	}
+	e.setReadHook(nil)
+	if err := e.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	for en := int64(0); en < 4; en++ {
+		got, err := e.Read(victim, en, nil)
+		if err != nil || !bytes.Equal(got, versionedEntry(victim, en, 1)) {
+			t.Errorf("new ledger %d entry %d: err %v, its own bytes %v, the deleted ledger's bytes %v", victim, en, err,
+				bytes.Equal(got, versionedEntry(victim, en, 1)), bytes.Equal(got, storedEntry(victim, en)))
+		}
+	}
+}
