@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -94,6 +95,15 @@ func storedOn(t *testing.T, chk *Client, ledgerID, entry int64, bookie string) (
 // holds want.
 func checkReplicas(t *testing.T, chk *Client, ledgerID, entry int64, want []byte) {
 	t.Helper()
+	for _, p := range replicaProblems(t, chk, ledgerID, entry, want) {
+		t.Error(p)
+	}
+}
+
+// replicaProblems lists the bookies of entry's write set, per the ledger's metadata now, that
+// do not hold want.
+func replicaProblems(t *testing.T, chk *Client, ledgerID, entry int64, want []byte) []string {
+	t.Helper()
 	md, err := chk.LedgerMetadata(context.Background(), ledgerID)
 	if err != nil {
 		t.Fatal(err)
@@ -102,14 +112,16 @@ func checkReplicas(t *testing.T, chk *Client, ledgerID, entry int64, want []byte
 	if err != nil {
 		t.Fatal(err)
 	}
+	var problems []string
 	for _, b := range set {
 		got, ok := storedOn(t, chk, ledgerID, entry, b)
 		if !ok {
-			t.Errorf("entry %d is not on %s, of its write set %v: under-replicated", entry, b, set)
+			problems = append(problems, fmt.Sprintf("entry %d is not on %s, of its write set %v: under-replicated", entry, b, set))
 		} else if !bytes.Equal(got, want) {
-			t.Errorf("entry %d on %s is %q, want %q", entry, b, got, want)
+			problems = append(problems, fmt.Sprintf("entry %d on %s is %q, want %q", entry, b, got, want))
 		}
 	}
+	return problems
 }
 
 // delayedReads sends every read (LAC reads too) delay late.
@@ -256,20 +268,7 @@ func reopenAppendAndCheck(t *testing.T, cl, chk *Client, id int64) int64 {
 // replicasHold reports whether every bookie of entry's write set holds want.
 func replicasHold(t *testing.T, chk *Client, ledgerID, entry int64, want []byte) bool {
 	t.Helper()
-	md, err := chk.LedgerMetadata(context.Background(), ledgerID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := writeSet(md, entry)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range set {
-		if got, ok := storedOn(t, chk, ledgerID, entry, b); !ok || !bytes.Equal(got, want) {
-			return false
-		}
-	}
-	return true
+	return len(replicaProblems(t, chk, ledgerID, entry, want)) == 0
 }
 
 // TestReopenTreatsACorruptTailAsAnError: entry 10 was acknowledged (on two bookies, not the

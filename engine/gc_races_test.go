@@ -29,14 +29,7 @@ func TestAddRacingGCDeletionLeavesNoLocation(t *testing.T) {
 	e := openTest(t, cfg)
 	defer func() { e.Close() }()
 	const victim = 2
-	for en := int64(0); en < 10; en++ {
-		if err := addSync(e, testKey, storedEntry(victim, en), false); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := e.Checkpoint(); err != nil {
-		t.Fatal(err)
-	}
+	addCheckpointed(t, e, victim, 10)
 
 	// Hold the next checkpoint before it swaps the halves, so that a full active half stays full.
 	held, release, deletesCommitted := make(chan struct{}), make(chan struct{}), make(chan struct{})
@@ -127,14 +120,7 @@ func TestReadRacingDeletionLeavesNoCachedEntry(t *testing.T) {
 	e := openTest(t, cfg)
 	defer func() { e.Close() }()
 	const victim = 2
-	for en := int64(0); en < 10; en++ {
-		if err := addSync(e, testKey, storedEntry(victim, en), false); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := e.Checkpoint(); err != nil {
-		t.Fatal(err)
-	}
+	addCheckpointed(t, e, victim, 10)
 	// The deletion (as garbage collection makes it) lands while the read reads the entry log.
 	var deleted atomic.Bool
 	fs.SetInjector(func(op diskio.Op) error {
@@ -168,13 +154,7 @@ func TestReadRacingDeletionLeavesNoCachedEntry(t *testing.T) {
 	if err := e.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	for en := int64(0); en < 4; en++ {
-		got, err := e.Read(victim, en, nil)
-		if err != nil || !bytes.Equal(got, versionedEntry(victim, en, 1)) {
-			t.Errorf("new ledger %d entry %d: err %v, its own bytes %v, the deleted ledger's bytes %v", victim, en, err,
-				bytes.Equal(got, versionedEntry(victim, en, 1)), bytes.Equal(got, storedEntry(victim, en)))
-		}
-	}
+	checkOwnEntries(t, e, victim, 4)
 }
 
 // TestReadRacingDeletionAndNewLedgerLeavesNoCachedEntry: the ledger of a disk read is deleted,
@@ -189,14 +169,7 @@ func TestReadRacingDeletionAndNewLedgerLeavesNoCachedEntry(t *testing.T) {
 	e := openTest(t, cfg)
 	defer func() { e.Close() }()
 	const victim = 2
-	for en := int64(0); en < 10; en++ {
-		if err := addSync(e, testKey, storedEntry(victim, en), false); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := e.Checkpoint(); err != nil {
-		t.Fatal(err)
-	}
+	addCheckpointed(t, e, victim, 10)
 	var once sync.Once
 	e.setReadHook(func(l, en int64, _ uint64) {
 		once.Do(func() {
@@ -221,11 +194,32 @@ func TestReadRacingDeletionAndNewLedgerLeavesNoCachedEntry(t *testing.T) {
 	if err := e.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	for en := int64(0); en < 4; en++ {
-		got, err := e.Read(victim, en, nil)
-		if err != nil || !bytes.Equal(got, versionedEntry(victim, en, 1)) {
-			t.Errorf("new ledger %d entry %d: err %v, its own bytes %v, the deleted ledger's bytes %v", victim, en, err,
-				bytes.Equal(got, versionedEntry(victim, en, 1)), bytes.Equal(got, storedEntry(victim, en)))
+	checkOwnEntries(t, e, victim, 4)
+}
+
+// addCheckpointed adds entries 0 to n-1 of ledger (storedEntry) and checkpoints them out of
+// the write cache.
+func addCheckpointed(t *testing.T, e *Engine, ledger, n int64) {
+	t.Helper()
+	for en := int64(0); en < n; en++ {
+		if err := addSync(e, testKey, storedEntry(ledger, en), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkOwnEntries checks that entries 0 to n-1 of a ledger created again under a deleted
+// ledger's id read back as its own (versionedEntry version 1), not the deleted ledger's.
+func checkOwnEntries(t *testing.T, e *Engine, ledger, n int64) {
+	t.Helper()
+	for en := int64(0); en < n; en++ {
+		got, err := e.Read(ledger, en, nil)
+		if err != nil || !bytes.Equal(got, versionedEntry(ledger, en, 1)) {
+			t.Errorf("new ledger %d entry %d: err %v, its own bytes %v, the deleted ledger's bytes %v", ledger, en, err,
+				bytes.Equal(got, versionedEntry(ledger, en, 1)), bytes.Equal(got, storedEntry(ledger, en)))
 		}
 	}
 }
