@@ -565,6 +565,8 @@ func (c *Config) LoadFile(path string) (warnings []string, err error) {
 // which a cgo build allocates outside the Go heap, and the per-connection and in-progress
 // bounds, which the limit's fixed headroom covers.
 func (c *Config) MemoryBudget() int64 {
+	srv := c.Server
+	srv.EnsureDefaults() // maxUnwrittenReadBytes=0 is the server's default, not 0 bytes
 	return c.Engine.WriteCacheMaxSize + c.Engine.ReadAheadCacheMaxSize +
-		c.Engine.IndexBlockCacheSize*int64(len(c.Engine.LedgerDirs)) + int64(c.Server.MaxUnwrittenReadBytes)
+		c.Engine.IndexBlockCacheSize*int64(len(c.Engine.LedgerDirs)) + int64(srv.MaxUnwrittenReadBytes)
 }

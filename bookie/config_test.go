@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/ringkeeper/ringkeeper/metadata/metadatatest"
+	"github.com/ringkeeper/ringkeeper/net/server"
 )
 
 // TestListeningInterfaceNamesANetworkInterface: as in BookKeeper, listeningInterface names a
@@ -317,6 +318,16 @@ func TestMemoryBudgetCountsUnwrittenReads(t *testing.T) {
 	if got := c.MemoryBudget(); got != want {
 		t.Fatalf("MemoryBudget %d, want %d (write 64 MiB + read-ahead 32 MiB + 2 index caches of %d + unwritten reads 16 MiB)",
 			got, want, c.Engine.IndexBlockCacheSize)
+	}
+	// maxUnwrittenReadBytes=0 means the server's default (128 MiB), which the budget counted
+	// as 0 bytes.
+	if _, err := c.Apply(map[string]string{"maxUnwrittenReadBytes": "0"}); err != nil {
+		t.Fatal(err)
+	}
+	want += server.DefaultMaxUnwrittenReadBytes - 16<<20
+	if got := c.MemoryBudget(); got != want {
+		t.Fatalf("with maxUnwrittenReadBytes=0: MemoryBudget %d, want %d (the server's default of %d counted)",
+			got, want, server.DefaultMaxUnwrittenReadBytes)
 	}
 }
 

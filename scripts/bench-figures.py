@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Every figure of BENCHMARKS.md in one run: physlimit first (the disk's limit, same run), then
 each workload, interleaved repetitions where the figure is a ratio of two workloads, then
-physlimit again. Writes every JSON result under --out and prints medians and ratios.
+physlimit again. Writes every JSON result under --out, collected in figures.json; the medians
+and ratios in BENCHMARKS.md are taken from it.
 
     go build -o /tmp/rk ./cmd/ringkeeper
     scripts/bench-figures.py --dir /path/on/the/disk --binary /tmp/rk --out /tmp/figures [--reps 3]
