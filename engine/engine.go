@@ -325,7 +325,9 @@ func (e *Engine) IndexesWarmed() <-chan struct{} { return e.warmDone }
 func (e *Engine) openDirs() error {
 	n := len(e.cfg.LedgerDirs)
 	half := e.cfg.WriteCacheMaxSize / int64(n) / 2
-	segSize := min(half, int64(64<<20))
+	// A segment holds whole entries: one the largest entry does not fit would refuse it for
+	// ever (as too many requests, after MaxThrottleTime) although it passed every limit.
+	segSize := min(half, max(writeCacheSegmentSize, int64(e.cfg.Journal.MaxRecordSize)))
 	var ledgerCurrents []string
 	for i, dir := range e.cfg.LedgerDirs {
 		cur := filepath.Join(dir, currentDir)

@@ -400,3 +400,29 @@ func TestAddRacingALedgerDeletionLeavesNoIndexRow(t *testing.T) {
 		t.Fatalf("%d of %d rounds left index rows of a deleted ledger after the commit of its deletion", stale, rounds)
 	}
 }
+
+// TestLargestEntryFitsAWriteCacheSegment: an entry up to the largest allowed (the journal's
+// MaxRecordSize, which the bookie sets from nettyMaxFrameSizeBytes) is stored whatever the
+// segment size: segments were 64 MiB at most, so with a larger limit an entry over 64 MiB
+// never fitted one and waited out MaxThrottleTime to be refused as too many requests, every
+// time. Here the segments are scaled down to 1 MiB and the limit to 1.5 MiB.
+func TestLargestEntryFitsAWriteCacheSegment(t *testing.T) {
+	defer func(old int64) { writeCacheSegmentSize = old }(writeCacheSegmentSize)
+	writeCacheSegmentSize = 1 << 20
+	cfg := testConfig(t, diskio.NewMem(4096), 1)
+	cfg.Journal.MaxRecordSize = 3 << 19
+	cfg.Journal.BufferedWritesThreshold = 3 << 19
+	cfg.Journal.MaxFileSize = 16 << 20
+	cfg.MaxThrottleTime = 200 * time.Millisecond
+	e := openTest(t, cfg)
+	defer e.Close()
+	stored := storedEntry(1, 0)
+	stored = append(stored, make([]byte, cfg.Journal.MaxRecordSize-len(stored)-64)...)
+	if err := addSync(e, testKey, stored, false); err != nil {
+		t.Fatalf("an entry of %d bytes, under the largest (%d): %v", len(stored), cfg.Journal.MaxRecordSize, err)
+	}
+	got, err := e.Read(1, 0, nil)
+	if err != nil || !bytes.Equal(got, stored) {
+		t.Fatalf("read back: %d bytes, err %v; want the %d bytes added", len(got), err, len(stored))
+	}
+}

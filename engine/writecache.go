@@ -28,6 +28,11 @@ const cacheAlign = 64
 // (ledgerSlots.fitsDense).
 const maxDenseGap = 4096
 
+// writeCacheSegmentSize is the size of a write-cache half's memory segments (smaller halves
+// are one segment; a largest entry over it makes the segments that large). A variable so that
+// tests can use small ones.
+var writeCacheSegmentSize int64 = 64 << 20
+
 // cacheSlotSize is the memory of one dense slot.
 const cacheSlotSize = int64(unsafe.Sizeof(cacheSlot{}))
 
