@@ -44,14 +44,18 @@ type fileManager struct {
 	prepared chan prepareResult
 	pending  bool
 	want     chan struct{}
-	// started is set once the first file of this writer session has been prepared.
+	// started is set once the first file of this writer session has been handed to the writer.
 	started bool
+	// retryID is the id of a file whose preparation failed (0: none): the next preparation
+	// takes it again, so that no id is skipped (see next).
+	retryID uint64
 	// noFallocate is set once the file system has refused fallocate (EOPNOTSUPP): files are then
 	// only zero-filled (PreallocZero) or grow as they are written.
 	noFallocate atomic.Bool
 }
 
 type prepareResult struct {
+	id   uint64
 	file *journalFile
 	err  error
 }
@@ -91,6 +95,12 @@ func newFileManager(cfg *Config, stats *Stats, log *slog.Logger) (*fileManager, 
 }
 
 // next returns a ready file for the writer and starts preparing the one after it.
+//
+// The file was prepared ahead, possibly long before: a failure then (a disk briefly full) says
+// nothing about now, and no record was involved. So a failed preparation is retried once, here,
+// before the error is returned. The retry takes the same id: replay requires the file a
+// file-end record names to be the very next file, so no leftover of the failed attempt may
+// sit between them under an id of its own.
 func (m *fileManager) next() (*journalFile, error) {
 	if !m.pending {
 		m.startPrepare()
@@ -99,16 +109,30 @@ func (m *fileManager) next() (*journalFile, error) {
 	r := <-m.prepared
 	m.pending = false
 	if r.err != nil {
-		return nil, r.err
+		m.log.Warn("preparing the next journal file failed; preparing it again", "file", m.path(r.id), "err", r.err)
+		m.retryID = r.id
+		m.startPrepare()
+		close(m.want)
+		r = <-m.prepared
+		m.pending = false
+		if r.err != nil {
+			m.retryID = r.id
+			return nil, r.err
+		}
 	}
+	m.started = true
 	m.startPrepare()
 	return r.file, nil
 }
 
 func (m *fileManager) startPrepare() {
 	m.mu.Lock()
-	id := m.nextID
-	m.nextID++
+	id, retry := m.retryID, m.retryID != 0
+	if !retry {
+		id = m.nextID
+		m.nextID++
+	}
+	m.retryID = 0
 	m.inUse[id] = true
 	var reuse uint64
 	if len(m.recycle) > 0 {
@@ -119,19 +143,34 @@ func (m *fileManager) startPrepare() {
 	m.mu.Unlock()
 	m.pending = true
 	sessionStart := !m.started
-	m.started = true
 	want := make(chan struct{})
 	m.want = want
 	go func() {
-		f, err := m.prepare(id, reuse, sessionStart)
+		f, err := m.prepare(id, reuse, sessionStart, retry)
 		if err == nil && reuse == 0 && !sessionStart && m.cfg.Prealloc == PreallocZero {
 			if err = m.zeroFill(f, want); err != nil {
 				f.f.Close()
 				f = nil
 			}
 		}
-		m.prepared <- prepareResult{f, err}
+		if err != nil {
+			m.discard(id)
+		}
+		m.prepared <- prepareResult{id, f, err}
 	}()
+}
+
+// discard removes what a failed preparation of file id left (a fallocated file holds its whole
+// size, on a disk that may be full). It is best effort: a retry takes the same id and removes
+// the file first, and a leftover without a file-end record naming it replays as an empty file.
+func (m *fileManager) discard(id uint64) {
+	err := m.cfg.FS.Remove(m.path(id))
+	if err == nil {
+		err = m.cfg.FS.SyncDir(m.cfg.Dir)
+	}
+	if err != nil && !errors.Is(err, diskio.ErrNotExist) {
+		m.log.Warn("removing a journal file whose preparation failed", "file", m.path(id), "err", err)
+	}
 }
 
 // release tells the manager that the writer no longer uses file id.
@@ -145,8 +184,9 @@ func (m *fileManager) release(jf *journalFile) error {
 func (m *fileManager) path(id uint64) string { return filepath.Join(m.cfg.Dir, FileName(id)) }
 
 // prepare makes file id ready: reused from file reuse (if not 0) or created and preallocated;
-// header written; file and directory synced.
-func (m *fileManager) prepare(id, reuse uint64, sessionStart bool) (*journalFile, error) {
+// header written; file and directory synced. retry says that a preparation of id failed
+// before, and may have left the file.
+func (m *fileManager) prepare(id, reuse uint64, sessionStart, retry bool) (*journalFile, error) {
 	cfg := m.cfg
 	path := m.path(id)
 	var f diskio.File
@@ -164,12 +204,17 @@ func (m *fileManager) prepare(id, reuse uint64, sessionStart bool) (*journalFile
 		}
 		m.stats.FilesReused.Add(1)
 	} else {
+		if retry {
+			if err = cfg.FS.Remove(path); err != nil && !errors.Is(err, diskio.ErrNotExist) {
+				return nil, fmt.Errorf("journal: prepare %s: remove the leftover of a failed attempt: %w", path, err)
+			}
+		}
 		if f, err = cfg.FS.Create(path, diskio.Options{Direct: true}); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("journal: prepare %s: %w", path, err)
 		}
 		if err = m.preallocate(f, sessionStart); err != nil {
 			f.Close()
-			return nil, err
+			return nil, fmt.Errorf("journal: prepare %s: %w", path, err)
 		}
 		m.stats.FilesCreated.Add(1)
 	}
