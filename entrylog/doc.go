@@ -13,7 +13,8 @@
 // the log is created, and Open starts above max(lastId, every existing log). Logs are created
 // exclusively, fallocated to logSizeLimit, get their header written and synced, then the
 // directory is synced. The next log is prepared in the background once the current one is half
-// full, so a roll does not wait for that.
+// full, so a roll does not wait for that; if that preparation failed (a disk full for a moment),
+// the roll prepares a log again, once, before it fails the writer.
 //
 // All integers are little-endian. Wire format: do not change; versions only move forward.
 //

@@ -452,13 +452,21 @@ func (w *writer) startPrepare() {
 	}()
 }
 
-// nextLog returns the prepared log, preparing it now if that has not started.
+// nextLog returns the prepared log, preparing it now if that has not started. A log prepared
+// in the background was prepared when the current one was half full, possibly long before: a
+// failure then (a disk full for a moment) says nothing about now and holds no entry, so it is
+// retried once, here, before the roll fails the writer. The retry takes a new id (ids are never
+// reused, and nothing requires them to follow each other).
 func (w *writer) nextLog() (*wlog, error) {
 	if !w.preparing {
 		w.startPrepare()
 	}
 	r := <-w.prep
 	w.preparing = false
+	if r.err != nil {
+		w.e.log.Warn("preparing the next entry log failed; preparing it again", "err", r.err)
+		r.log, r.err = w.createLog()
+	}
 	return r.log, r.err
 }
 

@@ -68,8 +68,10 @@
 // file and directory fsynced. The zero-filling comes last and is paced (zeroFillRate, 128 MiB/s):
 // unpaced, it took the whole disk from commits on the same disk for as long as a file took to
 // fill; a writer that rolls over before it is done stops it and takes the file with the rest
-// fallocated. Files that journal GC would delete are kept for reuse instead
-// (journalReuseFiles, up to MaxRecycled): reusing a file renames it and rewrites its header. In
+// fallocated. A preparation that failed (a disk full for a moment) is retried once when the
+// writer needs the file, under the same id, a leftover of the failed attempt removed first, so
+// no other file ever lies between a file and the next one. Files that journal GC would delete
+// are kept for reuse instead (journalReuseFiles, up to MaxRecycled): reusing a file renames it and rewrites its header. In
 // both cases the extents are already written, so a commit's sync never has to convert unwritten
 // extents, which on ext4 costs a metadata journal commit per sync: a lone 4 KiB commit took
 // 280-310 µs into fallocated space and 190 µs into written space (BENCHMARKS.md). Zero-filling
