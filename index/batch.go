@@ -159,6 +159,9 @@ func (b *Batch) Commit(sync bool) error {
 	defer b.ix.exit()
 	b.ix.commitMu.Lock()
 	defer b.ix.commitMu.Unlock()
+	if err := b.ix.failed; err != nil {
+		return err
+	}
 	if err := b.writeRuns(); err != nil {
 		return fmt.Errorf("index: commit: %w", err)
 	}
@@ -171,12 +174,33 @@ func (b *Batch) Commit(sync bool) error {
 			_ = b.pb.LogData(nil, nil)
 		}
 	}
-	// A failed WAL write or fsync is fatal inside pebble (it calls Logger.Fatalf), so an
-	// error here is about the batch itself, never about durability.
-	if err := b.pb.Commit(opts); err != nil {
+	// A failed WAL write or fsync is fatal inside pebble (Logger.Fatalf: see commitPebble), so
+	// an error returned here is about the batch itself, never about durability.
+	if err := b.commitPebble(opts); err != nil {
 		return fmt.Errorf("index: commit: %w", wrapPebble(err))
 	}
 	return nil
+}
+
+// commitPebble commits pb. A failed WAL write or fsync makes pebble call Logger.Fatalf on
+// this goroutine, which panics with a *fatalError (see pebbleLogger): it is recovered here
+// into ErrFailed, sticky for the index, so that a full disk under the index fails the
+// checkpoint (the engine then stops taking writes and keeps serving reads) instead of killing
+// the process. Any other panic goes on.
+func (b *Batch) commitPebble(opts *pebble.WriteOptions) (err error) {
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		fatal, ok := r.(*fatalError)
+		if !ok {
+			panic(r)
+		}
+		b.ix.failed = fmt.Errorf("%w: %s: %w", ErrFailed, b.ix.cfg.Dir, fatal)
+		err = b.ix.failed
+	}()
+	return b.pb.Commit(opts)
 }
 
 // writeRuns turns the batch's locations into runs in pb: for each ledger, the new locations

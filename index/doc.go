@@ -133,7 +133,10 @@
 // is fsynced and before the journal mark is persisted.
 //
 // A failed WAL write or fsync is fatal inside pebble: it calls its logger's Fatalf, which
-// here logs and panics. Nothing is retried.
+// here logs and panics with a *fatalError. A commit recovers it: the commit fails with
+// ErrFailed, as does every later one (pebble's commit pipeline cannot go on), reads go on,
+// and Close leaves the database to the process's exit. Nothing is retried. A Fatalf in
+// pebble's own goroutines (a failed MANIFEST write during a flush) still ends the process.
 //
 // # Performance
 //

@@ -29,6 +29,9 @@ var (
 	ErrTooLarge = errors.New("index: value too large")
 	// ErrVersion: the store was written by a newer format version.
 	ErrVersion = errors.New("index: unsupported format version")
+	// ErrFailed: a commit's write to pebble's WAL failed (a full disk, an I/O error), which
+	// pebble cannot continue from: that commit and every later one fail; reads go on.
+	ErrFailed = errors.New("index: failed")
 )
 
 // Index is the entry-location and ledger-state index of one ledger directory, stored in one
@@ -43,6 +46,8 @@ type Index struct {
 	closed atomic.Bool
 	// commitMu makes commits one at a time: a commit reads the runs it merges with.
 	commitMu sync.Mutex
+	// failed is the error of the commit whose WAL write failed (see ErrFailed), under commitMu.
+	failed error
 	// upgraded: Open converted an older format, which kept no checkpoint record.
 	upgraded bool
 }
@@ -264,6 +269,14 @@ func (ix *Index) Close() error {
 	}
 	for ix.users.Load() != 0 {
 		time.Sleep(50 * time.Microsecond)
+	}
+	ix.commitMu.Lock()
+	failed := ix.failed
+	ix.commitMu.Unlock()
+	if failed != nil {
+		// pebble's commit pipeline is broken ("horked") after a failed WAL write, and its
+		// Close may wait on it: the database is left to the process's exit.
+		return fmt.Errorf("index: close %s: not closed after %w", ix.cfg.Dir, failed)
 	}
 	if err := ix.db.Close(); err != nil {
 		return fmt.Errorf("index: close %s: %w", ix.cfg.Dir, wrapPebble(err))
