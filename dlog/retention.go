@@ -2,6 +2,7 @@ package dlog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -29,11 +30,13 @@ func (w *Writer) Truncate(ctx context.Context, d DLSN) error {
 		next := w.meta
 		next.truncation = d
 		v, err := w.ns.kv.Commit(ctx, w.lock, metadata.Put(logKey(w.log.name), encodeLog(next), w.metaVersion))
-		if err != nil {
+		switch {
+		case err == nil:
+			w.meta, w.metaVersion = next, v
+		case errors.Is(err, metadata.ErrLockLost) || !w.settleMetaLocked(ctx):
 			w.metaMu.Unlock()
 			return w.metaErr("truncate", err)
 		}
-		w.meta, w.metaVersion = next, v
 	}
 	w.metaMu.Unlock()
 	_, err = w.Purge(ctx)
@@ -76,8 +79,11 @@ func (w *Writer) Purge(ctx context.Context) (int, error) {
 			ops = append(ops, metadata.Put(logKey(w.log.name), encodeLog(next), w.metaVersion))
 		}
 		v, err := w.ns.kv.Commit(ctx, w.lock, ops...)
-		if err == nil && len(ops) > 1 {
+		switch {
+		case err == nil && len(ops) > 1:
 			w.meta, w.metaVersion = next, v
+		case err != nil && len(ops) > 1 && !errors.Is(err, metadata.ErrLockLost) && w.settleMetaLocked(ctx):
+			err = nil // it applied: the segment is gone, its ledger goes below
 		}
 		w.metaMu.Unlock()
 		if err != nil {

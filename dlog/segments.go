@@ -177,15 +177,42 @@ const sealTimeout = 5 * time.Second
 // sealMeta rewrites the log's metadata as the writer knows it, at the version it knows, so
 // that no commit still in flight that expects that version can apply afterwards.
 func (w *Writer) sealMeta(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sealTimeout)
-	defer cancel()
 	w.metaMu.Lock()
 	defer w.metaMu.Unlock()
+	return w.sealMetaLocked(ctx)
+}
+
+// sealMetaLocked is sealMeta with metaMu held. It fails with a bad version when a commit
+// that expected the version applied already.
+func (w *Writer) sealMetaLocked(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sealTimeout)
+	defer cancel()
 	v, err := w.ns.kv.Commit(ctx, w.lock, metadata.Put(logKey(w.log.name), encodeLog(w.meta), w.metaVersion))
 	if err == nil {
 		w.metaVersion = v
 	}
 	return err
+}
+
+// settleMetaLocked settles the fate of a commit of the log's value that failed with an
+// unknown outcome (a timeout, a cancelled context: it may have applied, or may still apply),
+// with metaMu held, and reports whether it applied. The writer's value and version stay as
+// they were if it did not (sealed, so that it never will); if it did, they become the
+// commit's, read back (only the lock's holder writes the log's value). Without this the
+// writer kept the version from before a commit that applied, and its next commit (completing
+// the segment at a roll or at Close) failed on it, stopping the writer.
+func (w *Writer) settleMetaLocked(ctx context.Context) (applied bool) {
+	if err := w.sealMetaLocked(ctx); !errors.Is(err, metadata.ErrBadVersion) {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sealTimeout)
+	defer cancel()
+	m, v, err := w.log.readMeta(ctx)
+	if err != nil || !m.created.Equal(w.meta.created) {
+		return false
+	}
+	w.meta, w.metaVersion = m, v
+	return true
 }
 
 // completeSegment closes the segment's ledger at its last acknowledged entry and completes

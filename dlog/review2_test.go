@@ -1,0 +1,89 @@
+package dlog
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
+	"github.com/ringkeeper/ringkeeper/metadata"
+)
+
+// logCommitLostKV applies the next commit that writes the log's value and no segment (a
+// truncation), then reports it failed, as a commit whose answer was lost (a timeout, or the
+// caller's ctx ending) does.
+type logCommitLostKV struct {
+	metadata.KV
+	armed atomic.Bool
+}
+
+func (k *logCommitLostKV) Commit(ctx context.Context, guard metadata.Lock, ops ...metadata.KVOp) (metadata.Version, error) {
+	v, err := k.KV.Commit(ctx, guard, ops...)
+	if err == nil && len(ops) == 1 && strings.HasPrefix(ops[0].Key, logsPrefix) && k.armed.CompareAndSwap(true, false) {
+		return 0, errLostAnswer
+	}
+	return v, err
+}
+
+// TestTruncateWithALostAnswerLeavesTheWriterWorking: a Truncate whose commit applied but
+// reported an error (its answer lost) leaves the writer usable: the writer's later commits of
+// the log's value (completing the segment at a roll or at Close) must not fail on the version
+// it had before the truncation. It kept that version, so the next roll failed with a bad
+// version, the writer stopped, and every record not yet acknowledged failed.
+func TestTruncateWithALostAnswerLeavesTheWriterWorking(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	ns := newNamespace(t, newClient(t, c), testConfig())
+	kv := &logCommitLostKV{KV: ns.kv}
+	ns.kv = kv
+	ctx := ctxFor(t, 30*time.Second)
+	l, w := createWriting(t, ctx, ns, "lost-trunc")
+	a := newAcks()
+	for tx := int64(1); tx <= 10; tx++ {
+		w.WriteAsync(ctx, Record{TxID: tx, Payload: payloadFor(tx, 10)}, a.callback(tx))
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.wg.Wait()
+	kv.armed.Store(true)
+	point := a.byTx[5]
+	// Its outcome is unknown to the commit: an error, or nil once the writer learnt it applied.
+	if err := w.Truncate(ctx, point); err != nil && !errors.Is(err, errLostAnswer) {
+		t.Fatalf("truncate with its answer lost: %v", err)
+	}
+	if tp, err := l.TruncationPoint(ctx); err != nil || tp != point {
+		t.Fatalf("truncation point %s, %v; want %s (the commit applied)", tp.Text(), err, point.Text())
+	}
+	// The writer goes on: records, a roll, more records, Close.
+	for tx := int64(11); tx <= 20; tx++ {
+		w.WriteAsync(ctx, Record{TxID: tx, Payload: payloadFor(tx, 10)}, a.callback(tx))
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatalf("flush after the truncation: %v", err)
+	}
+	w.mu.Lock()
+	w.cfg.MaxLogSegmentBytes = 1 // roll before the next batch
+	w.mu.Unlock()
+	for tx := int64(21); tx <= 30; tx++ {
+		w.WriteAsync(ctx, Record{TxID: tx, Payload: payloadFor(tx, 10)}, a.callback(tx))
+	}
+	a.wg.Wait()
+	for tx, err := range a.failed {
+		t.Fatalf("%d records failed after the truncation, e.g. tx %d: %v", len(a.failed), tx, err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	r, err := l.OpenReader(ctx, Head())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got := readN(t, ctx, r, 26, 10, a.byTx)
+	if got[0].TxID != 5 || got[25].TxID != 30 {
+		t.Fatalf("read tx %d..%d, want 5..30", got[0].TxID, got[25].TxID)
+	}
+}
