@@ -182,6 +182,9 @@ func (r *Reader) position(ctx context.Context, from Position) error {
 // Next returns the next record, waiting for one while the reader has read everything
 // visible, until ctx is done.
 func (r *Reader) Next(ctx context.Context) (Record, error) {
+	if r.ctx.Err() != nil {
+		return Record{}, ErrReaderClosed // also with records read ahead
+	}
 	for r.head >= len(r.buf) {
 		if r.ctx.Err() != nil {
 			return Record{}, ErrReaderClosed

@@ -87,3 +87,31 @@ func TestTruncateWithALostAnswerLeavesTheWriterWorking(t *testing.T) {
 		t.Fatalf("read tx %d..%d, want 5..30", got[0].TxID, got[25].TxID)
 	}
 }
+
+// TestNextAfterCloseFailsWithRecordsBuffered: Next after Close fails with ErrReaderClosed, as
+// Close documents, also when the reader holds records it read ahead; it returned those first.
+func TestNextAfterCloseFailsWithRecordsBuffered(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	ns := newNamespace(t, newClient(t, c), testConfig())
+	ctx := ctxFor(t, 30*time.Second)
+	l, w := createWriting(t, ctx, ns, "closed-reader")
+	defer w.Close(ctx)
+	for tx := int64(1); tx <= 5; tx++ {
+		w.WriteAsync(ctx, Record{TxID: tx, Payload: payloadFor(tx, 10)}, func(DLSN, error) {})
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.OpenReader(ctx, Head())
+	if err != nil {
+		t.Fatal(err)
+	}
+	readN(t, ctx, r, 1, 10, nil)
+	if r.head >= len(r.buf) {
+		t.Fatalf("the reader holds no record after the first (%d read ahead): the test needs some", len(r.buf))
+	}
+	r.Close()
+	if rec, err := r.Next(ctx); !errors.Is(err, ErrReaderClosed) {
+		t.Fatalf("Next after Close: tx %d, %v; want ErrReaderClosed", rec.TxID, err)
+	}
+}
