@@ -25,9 +25,11 @@
 // once it holds [Config].OutputBufferSize bytes of records (writerOutputBufferSize), once its
 // first record has waited [Config].PeriodicFlushFrequency (periodicFlushFrequencyMilliSeconds),
 // on Flush, or at once when no batch is in flight (so a lone synchronous writer pays no
-// timer). A single owner goroutine sends the batches in order, at most
-// [Config].MaxInFlightEntries at a time; [Config].MaxOutstandingBytes bounds what Write
-// accepts ahead of the acknowledgements. Records of one entry share the entry's
+// timer), and before a record would take it past 1 MiB of records or past what the client's
+// entry limit (its frame limit) leaves after the envelope's header, so that only a record too
+// large for an entry on its own is refused. A single owner goroutine sends the batches in
+// order, at most [Config].MaxInFlightEntries at a time; [Config].MaxOutstandingBytes bounds
+// what Write accepts ahead of the acknowledgements. Records of one entry share the entry's
 // acknowledgement; they complete in the order they were written. A batch the client refuses
 // at once takes no entry id, so it gives its place back: it is sent again 5 ms later when the
 // client had too many adds in flight (client.Config.MaxPendingAdds, shared by every log of the

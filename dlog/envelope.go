@@ -26,7 +26,8 @@ const (
 const MaxRecordSize = 1<<20 - 8<<10
 
 // maxEntryRecordBytes bounds the record bytes (headers and payloads) of one entry: a batch is
-// sent before a record would take it past this.
+// sent before a record would take it past this, or past what the client's entry limit leaves
+// after the envelope's header, if that is less.
 const maxEntryRecordBytes = 1 << 20
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringkeeper/ringkeeper/client"
 	"github.com/ringkeeper/ringkeeper/cluster/clustertest"
 	"github.com/ringkeeper/ringkeeper/metadata"
 )
@@ -114,4 +115,35 @@ func TestNextAfterCloseFailsWithRecordsBuffered(t *testing.T) {
 	if rec, err := r.Next(ctx); !errors.Is(err, ErrReaderClosed) {
 		t.Fatalf("Next after Close: tx %d, %v; want ErrReaderClosed", rec.TxID, err)
 	}
+}
+
+// TestBatchesFitTheClientsEntryLimit: the writer gathers small records into batches no larger
+// than the entries its client can send. With a client frame limit below the writer's own
+// batch bound (1 MiB of records) and a large OutputBufferSize, it gathered batches past the
+// client's limit, which refused them, and the writer stopped on records of 200 bytes.
+func TestBatchesFitTheClientsEntryLimit(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	cl := clientWith(t, c.MetadataURI(), func(cfg *client.Config) { cfg.Transport.MaxFrameSize = 64 << 10 })
+	ncfg := testConfig()
+	ncfg.OutputBufferSize = 256 << 10
+	ncfg.PeriodicFlushFrequency = time.Hour // a batch fills while another is in flight
+	ns := newNamespace(t, cl, ncfg)
+	ctx := ctxFor(t, 60*time.Second)
+	l, w := createWriting(t, ctx, ns, "batch-limit")
+	a := newAcks()
+	const n = 3000
+	for tx := int64(1); tx <= n; tx++ {
+		w.WriteAsync(ctx, Record{TxID: tx, Payload: payloadFor(tx, 200)}, a.callback(tx))
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	a.wg.Wait()
+	for tx, err := range a.failed {
+		t.Fatalf("%d records of 200 bytes failed, e.g. tx %d: %v", len(a.failed), tx, err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	readAcked(t, ctx, l, a, n)
 }

@@ -73,6 +73,7 @@ func (w *Writer) start(ctx context.Context) error {
 		return err
 	}
 	w.seg = seg
+	w.maxBatch = min(maxEntryRecordBytes, seg.lh.MaxEntrySize()-envelopeHeaderSize)
 	return nil
 }
 

@@ -57,6 +57,10 @@ type Writer struct {
 	// ignoreLockLoss (tests) makes the writer carry on after its lock is lost, so that only
 	// ledger fencing stops it.
 	ignoreLockLoss bool
+	// maxBatch bounds the record bytes of a batch: maxEntryRecordBytes, or less where the
+	// client's entries are smaller (its frame limit), so that a batch of records that each fit
+	// is never refused as too large.
+	maxBatch int
 
 	// metaMu serialises the writer's metadata commits and guards meta and metaVersion (the
 	// log's value as this writer last wrote or read it).
@@ -228,7 +232,7 @@ func (w *Writer) WriteAsync(ctx context.Context, r Record, done func(DLSN, error
 		return
 	}
 	kick := false
-	if w.open != nil && len(w.open.buf)-envelopeHeaderSize+int(size) > maxEntryRecordBytes {
+	if w.open != nil && len(w.open.buf)-envelopeHeaderSize+int(size) > w.maxBatch {
 		w.sealLocked()
 		kick = true
 	}
