@@ -75,10 +75,18 @@ func DLSNFromBytes(b []byte) (DLSN, error) {
 		EntryID:      int64(binary.BigEndian.Uint64(b[9:])),
 		SlotID:       int64(binary.BigEndian.Uint64(b[17:])),
 	}
-	if d.SegmentSeqNo < 0 || d.EntryID < 0 || d.SlotID < 0 {
-		return DLSN{}, fmt.Errorf("%w: negative field in %s", ErrInvalidDLSN, d.Text())
+	if err := d.check(); err != nil {
+		return DLSN{}, err
 	}
 	return d, nil
+}
+
+// check refuses a DLSN with a negative field: no record has one.
+func (d DLSN) check() error {
+	if d.SegmentSeqNo < 0 || d.EntryID < 0 || d.SlotID < 0 {
+		return fmt.Errorf("%w: negative field in %s", ErrInvalidDLSN, d.Text())
+	}
+	return nil
 }
 
 // String returns the binary form in standard base64 (36 characters), as DistributedLog's

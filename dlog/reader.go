@@ -26,7 +26,7 @@ const (
 )
 
 // AtDLSN starts at the record at d, or the first one after it. A position before the
-// truncation point fails with ErrTruncated.
+// truncation point fails with ErrTruncated, one with a negative field with ErrInvalidDLSN.
 func AtDLSN(d DLSN) Position { return Position{kind: posDLSN, dlsn: d} }
 
 // AtTxID starts at the first record whose transaction id is at least txID.
@@ -130,6 +130,9 @@ func (r *Reader) position(ctx context.Context, from Position) error {
 		r.pos, r.loose = trunc, true
 	case posDLSN:
 		d := from.dlsn
+		if err := d.check(); err != nil {
+			return fmt.Errorf("dlog: log %s: %w", r.log.name, err)
+		}
 		if d.Less(InitialDLSN) {
 			d = InitialDLSN
 		}

@@ -12,8 +12,13 @@ import (
 // Truncate marks the records before d deletable: readers can no longer be opened before d,
 // and the segments whose records all lie before it are deleted with their ledgers (now, and
 // by later retention passes). The truncation point never moves back; d may not be past what
-// the writer has written (the start of the next entry of the segment being written).
+// the writer has written (the start of the next entry of the segment being written), nor have
+// a negative field (ErrInvalidDLSN).
 func (w *Writer) Truncate(ctx context.Context, d DLSN) error {
+	if err := d.check(); err != nil {
+		// The log's value would not decode any more, and every reader and writer would fail.
+		return fmt.Errorf("dlog: log %s: truncate: %w", w.log.name, err)
+	}
 	w.mu.Lock()
 	err, active, next := w.err, w.seg.meta.SeqNo, w.seg.nextEntry
 	w.mu.Unlock()

@@ -147,3 +147,42 @@ func TestBatchesFitTheClientsEntryLimit(t *testing.T) {
 	}
 	readAcked(t, ctx, l, a, n)
 }
+
+// TestTruncateAtANegativeDLSNIsRefused: a truncation point with a negative field is no
+// position (DLSNFromBytes refuses one): Truncate fails with ErrInvalidDLSN and the log stays
+// usable. It wrote the point into the log's value, which then no longer decoded: every reader,
+// writer and TruncationPoint of the log failed with ErrCorrupt from then on.
+func TestTruncateAtANegativeDLSNIsRefused(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	ns := newNamespace(t, newClient(t, c), testConfig())
+	ctx := ctxFor(t, 30*time.Second)
+	l, w := createWriting(t, ctx, ns, "trunc-negative")
+	defer w.Close(ctx)
+	for tx := int64(1); tx <= 3; tx++ {
+		if _, err := w.Write(ctx, Record{TxID: tx, Payload: payloadFor(tx, 10)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []DLSN{{SegmentSeqNo: 1, EntryID: 1, SlotID: -1}, {SegmentSeqNo: 1, EntryID: -1, SlotID: 5}} {
+		if err := w.Truncate(ctx, d); !errors.Is(err, ErrInvalidDLSN) {
+			t.Errorf("truncate at %s: %v, want ErrInvalidDLSN", d.Text(), err)
+		}
+	}
+	if tp, err := l.TruncationPoint(ctx); err != nil || tp != InitialDLSN {
+		t.Fatalf("truncation point %s, %v; want %s", tp.Text(), err, InitialDLSN.Text())
+	}
+	// A reader there has no position either (it read from entry -1 and failed with the
+	// client's ErrBadArgument after its retries).
+	if r, err := l.OpenReader(ctx, AtDLSN(DLSN{SegmentSeqNo: 1, EntryID: -1, SlotID: 5})); !errors.Is(err, ErrInvalidDLSN) {
+		if err == nil {
+			r.Close()
+		}
+		t.Errorf("reader at 1/-1/5: %v, want ErrInvalidDLSN", err)
+	}
+	r, err := l.OpenReader(ctx, Head())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	readN(t, ctx, r, 3, 10, nil)
+}
