@@ -85,6 +85,9 @@ func bookieCommand() *cobra.Command {
 (key=value, BookKeeper's key names: bookiePort, journalDirectories, ledgerDirectories,
 metadataServiceUri, journalMaxGroupWaitMSec, ...), then --set key=value, then the other flags.
 An unknown key is a warning; a bad value is an error. SIGTERM or Ctrl-C shuts down gracefully.`,
+		// Flags only: "bookie bk_server.conf", the --conf forgotten, must not start a bookie
+		// with the default settings.
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := newLogger(logFormat, logLevel)
 			slog.SetDefault(log)

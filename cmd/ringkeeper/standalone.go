@@ -32,6 +32,9 @@ func standaloneCommand() *cobra.Command {
 		Long: `Starts an embedded etcd (the metadata store) and --bookies bookies on consecutive ports from
 --port, with all data under --data-dir. It prints one line when ready, with the metadata URI and the
 bookie addresses, and serves until Ctrl-C. Restarting it on the same data dir keeps every ledger.`,
+		// Flags only: a word such as "standalone mydata" (for --data-dir) must not start a
+		// cluster on ./data.
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := newLogger("text", logLevel)
 			if bookies < 1 {

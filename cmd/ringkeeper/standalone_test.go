@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/ringkeeper/ringkeeper/client"
 )
 
@@ -245,6 +247,43 @@ func TestStandaloneRefusesBadPorts(t *testing.T) {
 		}
 		if _, serr := os.Stat(dataDir); !os.IsNotExist(serr) {
 			t.Errorf("standalone %v: refused (%v), but it created %s", args, err, dataDir)
+		}
+	}
+}
+
+// TestStandaloneAndBookieRefuseArguments: `standalone` and `bookie` take flags only. A word
+// after them (`ringkeeper bookie bk_server.conf`, the --conf forgotten; `ringkeeper standalone
+// mydata` for --data-dir) was ignored: the bookie started with the default settings (its data
+// in /tmp/bk-txn and /tmp/bk-data), the standalone on ./data. It is an error naming the word,
+// before anything is started or written.
+func TestStandaloneAndBookieRefuseArguments(t *testing.T) {
+	for _, tc := range []struct {
+		cmd  func() *cobra.Command
+		args func(data string) []string
+	}{
+		{standaloneCommand, func(data string) []string {
+			return []string{"--data-dir", data, "--bookies", "1", "--port", strconv.Itoa(freePorts(t, 1)),
+				"--metadata-port", strconv.Itoa(freePorts(t, 1)), "--http-port", "0", "--write-cache-mb", "16", "stray"}
+		}},
+		{bookieCommand, func(data string) []string {
+			return []string{"--journal-dirs", filepath.Join(data, "j"), "--ledger-dirs", filepath.Join(data, "l"),
+				"--port", strconv.Itoa(freePorts(t, 1)), "--http-port", "0", "--metadata", "etcd://127.0.0.1:1/ledgers", "stray"}
+		}},
+	} {
+		data := filepath.Join(t.TempDir(), "data")
+		args := tc.args(data)
+		cmd := tc.cmd()
+		cmd.SetArgs(args)
+		cmd.SetOut(&bytes.Buffer{})
+		cmd.SetErr(&bytes.Buffer{})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // if it serves, it stops
+		err := cmd.ExecuteContext(ctx)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), `"stray"`) {
+			t.Errorf("%s %q: %v, want an error naming the argument", cmd.Name(), args, err)
+		}
+		if _, serr := os.Stat(data); !os.IsNotExist(serr) {
+			t.Errorf("%s %q: refused (%v), but it wrote %s", cmd.Name(), args, err, data)
 		}
 	}
 }
