@@ -32,7 +32,13 @@ const DefaultPort = "2379"
 
 func init() {
 	metadata.RegisterDriver(Scheme, func(ctx context.Context, uri metadata.URI, opts metadata.Options) (metadata.Driver, error) {
-		return Open(ctx, uri, opts)
+		d, err := Open(ctx, uri, opts)
+		if err != nil {
+			// Not d: a nil *Driver is a non-nil metadata.Driver, which callers that keep
+			// it (bookie.Start's clean-up) would Close.
+			return nil, err
+		}
+		return d, nil
 	})
 }
 
