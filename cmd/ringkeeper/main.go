@@ -18,7 +18,7 @@ import (
 
 func main() {
 	setProcs()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	root := &cobra.Command{
 		Use:           "ringkeeper",
@@ -44,6 +44,25 @@ func main() {
 		fmt.Fprintln(os.Stderr, "ringkeeper:", err)
 		os.Exit(1)
 	}
+}
+
+// signalContext is cancelled by the first SIGINT or SIGTERM: the commands stop gracefully.
+// The signals get their default effect back first, so a second one ends the process at once,
+// when a graceful stop hangs (signal.NotifyContext keeps catching them until its stop is
+// called).
+func signalContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		select {
+		case <-c:
+		case <-ctx.Done():
+		}
+		signal.Stop(c) // before cancel: whoever sees ctx done, a second signal kills
+		cancel()
+	}()
+	return ctx, cancel
 }
 
 // startProfile creates path and starts a profile writing to it; nothing if path is empty.
