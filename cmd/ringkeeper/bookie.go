@@ -89,7 +89,10 @@ An unknown key is a warning; a bad value is an error. SIGTERM or Ctrl-C shuts do
 		// with the default settings.
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := newLogger(logFormat, logLevel)
+			log, err := newLogger(logFormat, logLevel)
+			if err != nil {
+				return err
+			}
 			slog.SetDefault(log)
 			cfg, warnings, err := flags.config(cmd.Flags())
 			for _, w := range warnings {
@@ -119,14 +122,19 @@ An unknown key is a warning; a bad value is an error. SIGTERM or Ctrl-C shuts do
 	return cmd
 }
 
-func newLogger(format, level string) *slog.Logger {
+// newLogger returns a logger to stderr; format and level are the values of --log-format and
+// --log-level, an error names the flag.
+func newLogger(format, level string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		lv = slog.LevelInfo
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }

@@ -8,8 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/ringkeeper/ringkeeper/metadata"
@@ -71,4 +74,45 @@ func TestBookieWithUnreachableMetadataFails(t *testing.T) {
 	if err == nil || !errors.Is(err, metadata.ErrUnreachable) {
 		t.Fatalf("bookie with metadata etcd://127.0.0.1:1: %v, want metadata.ErrUnreachable", err)
 	}
+}
+
+// TestLogFlagsRefuseBadValues: a --log-level or --log-format that is none of the values the help
+// lists is an error naming the flag, before anything starts. It used to be taken silently as
+// info and text (so "--log-level=warning" logged every info line).
+func TestLogFlagsRefuseBadValues(t *testing.T) {
+	for _, tc := range []struct {
+		cmd        func() *cobra.Command
+		flag, bad  string
+		otherFlags func(data string) []string
+	}{
+		{standaloneCommand, "--log-level", "warning", func(data string) []string {
+			return []string{"--data-dir", data, "--bookies", "1", "--port", strconv.Itoa(freePorts(t, 1)),
+				"--metadata-port", strconv.Itoa(freePorts(t, 1)), "--http-port", "0", "--write-cache-mb", "16"}
+		}},
+		{bookieCommand, "--log-level", "verbose", bookieArgs},
+		{bookieCommand, "--log-format", "yaml", bookieArgs},
+	} {
+		data := filepath.Join(t.TempDir(), "data")
+		args := append(tc.otherFlags(data), tc.flag, tc.bad)
+		cmd := tc.cmd()
+		cmd.SetArgs(args)
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // if it serves, it stops
+		err := cmd.ExecuteContext(ctx)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("%s %s %s: %v, want an error naming %s", cmd.Name(), tc.flag, tc.bad, err, tc.flag)
+		}
+		if _, serr := os.Stat(data); !os.IsNotExist(serr) {
+			t.Errorf("%s %s %s: refused (%v), but it wrote %s", cmd.Name(), tc.flag, tc.bad, err, data)
+		}
+	}
+}
+
+// bookieArgs are flags of a bookie with its directories under data and a metadata service that
+// does not answer.
+func bookieArgs(data string) []string {
+	return []string{"--journal-dirs", filepath.Join(data, "j"), "--ledger-dirs", filepath.Join(data, "l"),
+		"--port", "3181", "--http-port", "0", "--metadata", "etcd://127.0.0.1:1/ledgers"}
 }

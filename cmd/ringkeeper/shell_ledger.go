@@ -31,7 +31,7 @@ func (m *metadataFlag) register(cmd *cobra.Command) {
 
 func (m *metadataFlag) client(ctx context.Context) (*client.Client, error) {
 	cfg := client.DefaultConfig(m.uri)
-	cfg.Logger = newLogger("text", "error")
+	cfg.Logger, _ = newLogger("text", "error") // valid values: no error
 	if err := m.tls.apply(&cfg); err != nil {
 		return nil, err
 	}

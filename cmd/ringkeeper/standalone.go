@@ -36,7 +36,10 @@ bookie addresses, and serves until Ctrl-C. Restarting it on the same data dir ke
 		// cluster on ./data.
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := newLogger("text", logLevel)
+			log, err := newLogger("text", logLevel)
+			if err != nil {
+				return err
+			}
 			if bookies < 1 {
 				return fmt.Errorf("--bookies %d: a cluster needs at least one bookie", bookies)
 			}
@@ -50,7 +53,7 @@ bookie addresses, and serves until Ctrl-C. Restarting it on the same data dir ke
 			}
 			// The bookies' cookies record their directories: the same data dir must read the
 			// same from any working directory.
-			dataDir, err := filepath.Abs(dataDir)
+			dataDir, err = filepath.Abs(dataDir)
 			if err != nil {
 				return fmt.Errorf("--data-dir: %w", err)
 			}
