@@ -62,6 +62,11 @@ bookie addresses, and serves until Ctrl-C. Restarting it on the same data dir ke
 			if basePort < 1 || basePort > 65535-(bookies-1) {
 				return fmt.Errorf("--port %d: the %d bookies need ports in [1, 65535] from it", basePort, bookies)
 			}
+			// Not negative either: the cluster then picks random ports (for tests), which
+			// nothing prints.
+			if httpPort != 0 && (httpPort < 1 || httpPort > 65535-(bookies-1)) {
+				return fmt.Errorf("--http-port %d: the %d bookies need ports in [1, 65535] from it (0: no HTTP server)", httpPort, bookies)
+			}
 			if metadataPort < 0 || metadataPort > 65535 {
 				return fmt.Errorf("--metadata-port %d: not a port (0: any free one)", metadataPort)
 			}
@@ -69,6 +74,15 @@ bookie addresses, and serves until Ctrl-C. Restarting it on the same data dir ke
 				if err := portFree(basePort + i); err != nil {
 					return fmt.Errorf("bookie port %d is in use (another standalone or bookie running?); "+
 						"stop it or choose another --port: %w", basePort+i, err)
+				}
+			}
+			for i := range bookies {
+				if httpPort == 0 {
+					break // no HTTP server
+				}
+				if err := portFree(httpPort + i); err != nil {
+					return fmt.Errorf("bookie HTTP port %d is in use (another standalone or bookie running?); "+
+						"stop it or choose another --http-port (0: no HTTP server): %w", httpPort+i, err)
 				}
 			}
 			if err := portFree(metadataPort); err != nil {

@@ -287,3 +287,38 @@ func TestStandaloneAndBookieRefuseArguments(t *testing.T) {
 		}
 	}
 }
+
+// TestStandaloneRefusesBadHTTPPorts: an --http-port that does not give every bookie a port in
+// [1, 65535] (0 turns HTTP off), or one in use, is an error naming the flag before anything
+// starts or is written. A negative one served the bookies' metrics and admin API on random
+// ports, which nothing printed; one past 65535 or in use failed the start with an error naming
+// prometheusStatsHttpPort, after etcd had started in the data dir.
+func TestStandaloneRefusesBadHTTPPorts(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	busy := ln.Addr().(*net.TCPAddr).Port
+	for _, tc := range []struct{ httpPort, want string }{
+		{"-5", "--http-port"},
+		{"65534", "--http-port"}, // the second bookie's port would be 65535, the third's 65536
+		{strconv.Itoa(busy - 1), "in use"},
+	} {
+		cmd := standaloneCommand()
+		dataDir := filepath.Join(t.TempDir(), "data")
+		cmd.SetArgs([]string{"--data-dir", dataDir, "--bookies", "3", "--port", strconv.Itoa(freePorts(t, 3)),
+			"--metadata-port", strconv.Itoa(freePorts(t, 1)), "--write-cache-mb", "16", "--http-port", tc.httpPort})
+		cmd.SetOut(&bytes.Buffer{})
+		cmd.SetErr(&bytes.Buffer{})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // if it serves, it stops
+		err := cmd.ExecuteContext(ctx)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "--http-port") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("standalone --bookies 3 --http-port %s: %v, want an error naming --http-port (%s)", tc.httpPort, err, tc.want)
+		}
+		if _, serr := os.Stat(dataDir); !os.IsNotExist(serr) {
+			t.Errorf("standalone --http-port %s: refused (%v), but it created %s", tc.httpPort, err, dataDir)
+		}
+	}
+}
