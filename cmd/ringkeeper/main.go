@@ -20,6 +20,14 @@ func main() {
 	setProcs()
 	ctx, stop := signalContext()
 	defer stop()
+	if err := execute(ctx, rootCommand(), os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "ringkeeper:", err)
+		os.Exit(1)
+	}
+}
+
+// rootCommand is `ringkeeper` with its subcommands and the flags they all take.
+func rootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "ringkeeper",
 		Short:         "Apache BookKeeper rebuilt in Go for NVMe-era hardware",
@@ -35,15 +43,19 @@ func main() {
 		}
 		return startProfile(traceFile, trace.Start)
 	}
-	root.PersistentPostRun = func(*cobra.Command, []string) {
-		pprof.StopCPUProfile()
-		trace.Stop()
-	}
 	root.AddCommand(benchCommand(), bookieCommand(), shellCommand(), standaloneCommand())
-	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "ringkeeper:", err)
-		os.Exit(1)
-	}
+	return root
+}
+
+// execute runs root with args, then stops the profiles of --cpuprofile and --trace, whatever
+// the outcome: cobra runs no post-run hook after a command fails, and a profile not stopped is
+// never written.
+func execute(ctx context.Context, root *cobra.Command, args []string) error {
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	pprof.StopCPUProfile()
+	trace.Stop()
+	return err
 }
 
 // signalContext is cancelled by the first SIGINT or SIGTERM: the commands stop gracefully.

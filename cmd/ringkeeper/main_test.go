@@ -2,11 +2,14 @@ package main
 
 import (
 	"bufio"
+	"compress/gzip"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"syscall"
 	"testing"
@@ -85,5 +88,31 @@ func TestSecondSignalForcesExit(t *testing.T) {
 			<-exited
 			t.Errorf("%v twice: the process still ran 10 s after the second", sig)
 		}
+	}
+}
+
+// TestProfilesWrittenWhenTheCommandFails: --cpuprofile writes its profile whatever the
+// command's outcome. A command that failed skipped cobra's post-run hook, which stops the
+// profile (and --trace's trace): the profile was left empty, just when a failure was what one
+// wanted to look at.
+func TestProfilesWrittenWhenTheCommandFails(t *testing.T) {
+	cpu := filepath.Join(t.TempDir(), "cpu.pprof")
+	err := execute(context.Background(), rootCommand(), []string{"--cpuprofile", cpu, "shell", "ledger", "delete", "not-a-number"})
+	if err == nil {
+		t.Fatal("shell ledger delete not-a-number: no error")
+	}
+	// A profile is a gzipped protocol buffer, written whole when the profile stops.
+	f, err := os.Open(cpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var n int64
+	zr, err := gzip.NewReader(f)
+	if err == nil {
+		n, err = io.Copy(io.Discard, zr)
+	}
+	if err != nil || n == 0 {
+		t.Fatalf("--cpuprofile of a failed command: %d bytes of profile, %v", n, err)
 	}
 }
