@@ -70,6 +70,21 @@ bookie addresses, and serves until Ctrl-C. Restarting it on the same data dir ke
 			if metadataPort < 0 || metadataPort > 65535 {
 				return fmt.Errorf("--metadata-port %d: not a port (0: any free one)", metadataPort)
 			}
+			// The ports must all differ: each is checked free on its own below, and the start
+			// would fail on one that the cluster had taken itself.
+			owner := map[int]string{}
+			for _, r := range []struct {
+				flag     string
+				first, n int
+			}{{"--port", basePort, bookies}, {"--http-port", httpPort, bookies}, {"--metadata-port", metadataPort, 1}} {
+				for p := r.first; p < r.first+r.n && r.first != 0; p++ {
+					if other, ok := owner[p]; ok {
+						return fmt.Errorf("%s and %s both give port %d: the bookies' ports, their HTTP ports and etcd's must all differ",
+							other, r.flag, p)
+					}
+					owner[p] = r.flag
+				}
+			}
 			for i := range bookies {
 				if err := portFree(basePort + i); err != nil {
 					return fmt.Errorf("bookie port %d is in use (another standalone or bookie running?); "+

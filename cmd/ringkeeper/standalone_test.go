@@ -322,3 +322,34 @@ func TestStandaloneRefusesBadHTTPPorts(t *testing.T) {
 		}
 	}
 }
+
+// TestStandaloneRefusesOverlappingPorts: the bookies' ports (--port), their HTTP ports
+// (--http-port) and etcd's (--metadata-port) must all differ; an overlap is an error naming the
+// flags before anything starts. Each port was checked free on its own, so the start failed on
+// the port the cluster itself had taken first, after etcd had started in the data dir.
+func TestStandaloneRefusesOverlappingPorts(t *testing.T) {
+	base := freePorts(t, 6)
+	for _, tc := range []struct {
+		args []string
+		want [2]string
+	}{
+		{[]string{"--port", strconv.Itoa(base), "--http-port", strconv.Itoa(base + 2), "--metadata-port", strconv.Itoa(base + 5)}, [2]string{"--port", "--http-port"}},
+		{[]string{"--port", strconv.Itoa(base), "--http-port", strconv.Itoa(base + 3), "--metadata-port", strconv.Itoa(base + 4)}, [2]string{"--http-port", "--metadata-port"}},
+		{[]string{"--port", strconv.Itoa(base), "--http-port", "0", "--metadata-port", strconv.Itoa(base + 1)}, [2]string{"--port", "--metadata-port"}},
+	} {
+		cmd := standaloneCommand()
+		dataDir := filepath.Join(t.TempDir(), "data")
+		cmd.SetArgs(append([]string{"--data-dir", dataDir, "--bookies", "3", "--write-cache-mb", "16"}, tc.args...))
+		cmd.SetOut(&bytes.Buffer{})
+		cmd.SetErr(&bytes.Buffer{})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // if it serves, it stops
+		err := cmd.ExecuteContext(ctx)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), tc.want[0]+" and "+tc.want[1]) {
+			t.Errorf("standalone --bookies 3 %v: %v, want an error naming %s and %s", tc.args, err, tc.want[0], tc.want[1])
+		}
+		if _, serr := os.Stat(dataDir); !os.IsNotExist(serr) {
+			t.Errorf("standalone %v: refused (%v), but it created %s", tc.args, err, dataDir)
+		}
+	}
+}
