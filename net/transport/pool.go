@@ -150,10 +150,12 @@ func (p *Pool) Close() error {
 	}
 	p.mu.Unlock()
 
-	p.cancel()
+	// Close the connections before canceling the dials: a dial that saw the cancellation
+	// first would fail its connection's requests with ErrConnection instead of ErrClosed.
 	for _, c := range conns {
 		c.close()
 	}
+	p.cancel()
 	p.blocked.Wait() // woken by close; their ErrClosed goes to the completer
 	close(p.closing)
 	p.wg.Wait()

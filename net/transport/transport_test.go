@@ -1079,3 +1079,38 @@ func TestIdleConnectionForgotten(t *testing.T) {
 		t.Fatalf("the connection is not back in the pool (%d pooled)", pooled())
 	}
 }
+
+// TestCloseDuringDialFailsWithErrClosed: Close fails the requests of a connection still
+// dialing (here stuck in its TLS handshake) with ErrClosed, like every other pending request.
+// Close must not let the dial see its cancellation first and fail them as a connection error.
+// The test holds one connection's mutex so that Close stops at that connection for a while;
+// the dials of the connections it has not closed yet must not fail meanwhile.
+func TestCloseDuringDialFailsWithErrClosed(t *testing.T) {
+	const dialing = 8
+	p, err := NewPool(Config{Logger: testLogger(), DialTimeout: time.Minute, TLS: &tls.Config{MinVersion: tls.VersionTLS12}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := newCollector(dialing)
+	for i := range dialing {
+		fb := newFakeBookie(t) // accepts, never answers the ClientHello
+		p.Conn(fb.addr()).Read(1, int64(i), 0, nil, col.onRead, i)
+		fb.accept(t)
+	}
+	stuck := p.Conn(freeAddr(t)) // never used: Close only passes through it
+	stuck.mu.Lock()
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		_ = p.Close()
+	}()
+	time.Sleep(200 * time.Millisecond)
+	stuck.mu.Unlock()
+	<-closed
+	for _, r := range col.wait(t, dialing) {
+		if !errors.Is(r.err, ErrClosed) {
+			t.Errorf("read %v: %v, want ErrClosed", r.ctx, r.err)
+		}
+	}
+	checkNoGoroutines(t)
+}
