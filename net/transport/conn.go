@@ -88,7 +88,7 @@ type connCounters struct {
 
 // ConnStats is a snapshot of a connection's counters.
 type ConnStats struct {
-	Pending         int   // requests sent, queued or held, and not yet answered
+	Pending         int   // requests sent, queued or held, and not yet answered (timed-out ones awaiting their late answer included)
 	Requests        int64 // requests accepted (queued for sending)
 	Writes          int64 // socket writes; Requests/Writes is the batching factor
 	Connects        int64 // connections established (AUTH included)

@@ -41,18 +41,22 @@
 // flight (a retried add, a speculative read to the same bookie): the first response for a
 // key completes the oldest request with that key. Responses for different keys may come in
 // any order (the bookie's read workers answer out of order); each is matched by its key.
-// A response that matches nothing (it arrived after its request timed out) is counted
-// (ConnStats.Unmatched), logged at debug level and dropped. The protocol cannot tell a late
-// response from the answer to a newer request with the same key; for the same entry on the
-// same bookie both carry the same data, so this is harmless, as it is in BookKeeper.
+// A request that times out after it was queued for sending may still be answered: it leaves a
+// ghost in its key's chain, and the response that reaches the ghost is dropped, like one that
+// matches nothing; both are counted (ConnStats.Unmatched) and logged at debug level. A ghost
+// stays until its answer comes or the connection ends, and counts toward MaxPendingPerConn.
+// The bookie may answer two requests of one kind for one key in either order, so a newer one
+// may take the late answer and the ghost its own; for the same entry on the same bookie both
+// carry the same data, so this is harmless, as it is in BookKeeper.
 // Two requests for one key that differ in the flags that change what the bookie does (a
 // fencing and a plain read of one entry, LAC read included; a recovery and a plain add) are
 // never in flight together, since the bookie may answer them in either order and nothing in a
 // v2 response tells them apart: a recoverer could take a tailing reader's answer for proof of
 // the fence before the bookie applied it. Such a request is held (not sent) until the last
-// request of the other kind with its key is done (answered, timed out or failed), then sent;
-// requests with that key that arrive meanwhile queue behind it in order, so neither kind
-// starves. A held request counts toward MaxPendingPerConn and MaxQueuedBytesPerConn (its
+// request of the other kind with its key is done (answered, or failed with the connection;
+// one that timed out after it was queued for sending is done when its late answer comes, as
+// the bookie may still process it), then sent; requests with that key that arrive meanwhile
+// queue behind it in order, so neither kind starves. A held request counts toward MaxPendingPerConn and MaxQueuedBytesPerConn (its
 // frame is encoded when held), times out at its own deadline without being sent, and fails
 // with the connection. FlagHighPriority changes no kind. Without such a pair nothing is held
 // (ConnStats.Held counts the requests that were).
@@ -66,8 +70,9 @@
 // requests are also linked in one list per op in deadline order (as all requests of an op
 // share a timeout, that is submission order, except for a caller that blocked on a full
 // queue: its request is linked in by its deadline), and the completer's scan stops at the
-// first request not yet due. Deadlines saturate: a huge timeout means none. A timed-out request is removed (its callback gets ErrTimeout) and a
-// late response for it is dropped. Timeouts do not close the connection. A request queued
+// first request not yet due. Deadlines saturate: a huge timeout means none. A timed-out
+// request's callback gets ErrTimeout, and a late response for it is dropped (see Matching).
+// Timeouts do not close the connection. A request queued
 // while the connection is still being made is subject to the same deadline.
 //
 // # Connections, failures and backoff

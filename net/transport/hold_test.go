@@ -348,3 +348,69 @@ func TestHeldRequestsCountTowardLimits(t *testing.T) {
 		}
 	})
 }
+
+// TestLateAnswerNeverAnswersAnotherKind: a request that times out after it was sent may still
+// be answered, and a request of another kind for its key must not take that late answer: a
+// recoverer's fencing read must not take a tailing reader's plain LAC read answer for proof of
+// the fence (nor a plain read the fence's answer). So the other kind stays held until the late
+// answer has come, whether it was issued before the timeout (held already) or after it.
+func TestLateAnswerNeverAnswersAnotherKind(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		first, second protocol.Flags
+		afterTimeout  bool
+	}{
+		{"plain-then-fence/held", 0, protocol.FlagDoFencing, false},
+		{"plain-then-fence/after", 0, protocol.FlagDoFencing, true},
+		{"fence-then-plain/held", protocol.FlagDoFencing, 0, false},
+		{"fence-then-plain/after", protocol.FlagDoFencing, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fb := newFakeBookie(t)
+			p := newPool(t, Config{ReadTimeout: time.Minute})
+			conn := p.Conn(fb.addr())
+			col := newCollector(8)
+			conn.Read(1, protocol.LastAddConfirmedEntryID, tc.first, &keyA, col.onRead, "first")
+			if !tc.afterTimeout {
+				conn.Read(1, protocol.LastAddConfirmedEntryID, tc.second, &keyA, col.onRead, "second")
+			}
+			fc := fb.accept(t)
+			first := fc.next(t)
+
+			// The first read times out (its deadline moved to now).
+			conn.mu.Lock()
+			i, ok := conn.pending.byKey.lookup(reqKey{ledgerID: 1, entryID: protocol.LastAddConfirmedEntryID, op: protocol.OpReadEntry})
+			if !ok {
+				conn.mu.Unlock()
+				t.Fatal("the first read is not pending")
+			}
+			r := conn.pending.byKey.slots[i].head
+			conn.pending.reads.unlink(r)
+			r.expiry = monotime.Now()
+			conn.pending.reads.insertByExpiry(r)
+			conn.mu.Unlock()
+			if r := col.one(t); r.ctx != "first" || !errors.Is(r.err, ErrTimeout) {
+				t.Fatalf("callback of %v: %v, want the first read's ErrTimeout", r.ctx, r.err)
+			}
+			if tc.afterTimeout {
+				conn.Read(1, protocol.LastAddConfirmedEntryID, tc.second, &keyA, col.onRead, "second")
+			}
+
+			// The bookie answers the first read late, then the second.
+			answer(t, fc, first)
+			second := fc.next(t)
+			if second.Header.Flags&kindFlags != tc.second {
+				t.Fatalf("sent flags %v, want %v", second.Header.Flags, tc.second)
+			}
+			answer(t, fc, second)
+			_, want := kindAnswer(protocol.OpReadEntry, tc.second)
+			if r := col.one(t); r.ctx != "second" || r.err != nil || string(r.entry) != want {
+				t.Fatalf("callback of %v: entry %q err %v, want %q", r.ctx, r.entry, r.err, want)
+			}
+			eventually(t, "the late answer dropped", func() bool { return conn.Stats().Unmatched == 1 })
+			if st := conn.Stats(); st.Pending != 0 || st.Timeouts != 1 {
+				t.Fatalf("stats %+v", st)
+			}
+		})
+	}
+}

@@ -226,6 +226,11 @@ func (c *Conn) matchLocked(resp *protocol.Response) completion {
 		return cp
 	}
 	cp.r = c.pending.pop(cp.key)
+	if cp.r != nil && cp.r.ghost { // the late answer to a request that timed out: dropped
+		*cp.r = request{}
+		requestPool.Put(cp.r)
+		cp.r = nil
+	}
 	return cp
 }
 

@@ -29,6 +29,11 @@ type request struct {
 	// held is the encoded frame of a request held back because requests of another kind with
 	// its key are in flight; nil once queued for sending.
 	held []byte
+	// ghost marks what is left in its key's chain of a request that timed out after it was
+	// queued for sending: its callback has run, but the bookie may still answer it, so it
+	// keeps its place (and its kind) until that answer comes, which it takes and drops, or
+	// the connection ends. It is on no age list.
+	ghost bool
 
 	// Requests with the same key form a FIFO chain; the map holds its head. tail is valid on
 	// the head only.
@@ -256,7 +261,9 @@ func (s *pendingSet) removeAt(r *request, i int) {
 		}
 	}
 	r.prevSame, r.nextSame, r.tail = nil, nil, nil
-	s.ages(r.key.op).unlink(r)
+	if !r.ghost {
+		s.ages(r.key.op).unlink(r)
+	}
 	s.n--
 	// r may have been the last in flight ahead of a held run, or held between runs of one kind.
 	if next != nil && next.held != nil && (prev == nil || prev.held == nil && prev.kind == next.kind) {
@@ -284,15 +291,22 @@ func (s *pendingSet) silentSince(now, lastRecv int64, addTimeout, readTimeout ti
 
 // expire moves every request whose deadline is at or before now to out and returns how many.
 // Held requests are released only once every due request is out, so that none that is due
-// gets sent.
+// gets sent. A due request that was queued for sending goes to out as a copy (its callback
+// and ctx), and stays in its key's chain as a ghost until its late answer comes (see
+// request.ghost): a request of another kind for its key stays held until then, so that it
+// cannot take that answer.
 func (s *pendingSet) expire(now int64, out *reqList) int {
 	n := 0
 	s.expiring = true
 	for _, l := range [2]*ageList{&s.adds, &s.reads} {
 		for l.head != nil && l.head.expiry <= now {
 			r := l.head
-			s.remove(r)
-			out.push(r)
+			if r.held != nil {
+				s.remove(r) // never sent: dropped
+				out.push(r)
+			} else {
+				out.push(s.ghost(r))
+			}
 			n++
 		}
 	}
@@ -306,7 +320,18 @@ func (s *pendingSet) expire(now int64, out *reqList) int {
 	return n
 }
 
-// takeAll moves every pending request to out, adds first, each op oldest first.
+// ghost turns r, sent or queued for sending, into a ghost in its chain and returns a request
+// that carries its callback, for the caller to finish.
+func (s *pendingSet) ghost(r *request) *request {
+	s.ages(r.key.op).unlink(r)
+	c := getRequest()
+	c.key, c.add, c.read, c.ctx, c.kind, c.expiry = r.key, r.add, r.read, r.ctx, r.kind, r.expiry
+	r.add, r.read, r.ctx, r.ghost = nil, nil, nil, true
+	return c
+}
+
+// takeAll moves every pending request to out, adds first, each op oldest first. Ghosts (on no
+// age list) are left to the garbage collector with the table's contents.
 func (s *pendingSet) takeAll(out *reqList) {
 	for _, l := range [2]*ageList{&s.adds, &s.reads} {
 		for r := l.head; r != nil; {

@@ -30,8 +30,15 @@ func TestPendingSet(t *testing.T) {
 		t.Fatalf("pop: %v", got.ctx)
 	}
 	var out reqList
-	if n := s.expire(1, &out); n != 1 || out.head != rs[1] {
+	if n := s.expire(1, &out); n != 1 || out.head.ctx != 1 || out.head == rs[1] {
 		t.Fatalf("expire: %d", n)
+	}
+	// The expired request was sent: it stays in the chain as a ghost, for its late answer.
+	if s.n != 3 || s.reads.head != rs[3] || !rs[1].ghost || rs[1].ctx != nil {
+		t.Fatalf("after expire: n %d", s.n)
+	}
+	if got := s.pop(k); got != rs[1] {
+		t.Fatalf("pop: %v, want the ghost", got.ctx)
 	}
 	if got := s.pop(k); got != rs[3] {
 		t.Fatalf("pop: %v", got.ctx)
