@@ -66,8 +66,10 @@ type Conn struct {
 	spare   []byte // the writer's other buffer, when it is not writing it
 	space   chan struct{}
 	// failures counts consecutive failed connection attempts, and connections that died
-	// young (see stableConnectionAge); readyAt is when the current connection became ready.
+	// young (see stableConnectionAge) after the first; youngLoss is set by that first one;
+	// readyAt is when the current connection became ready.
 	failures   int
+	youngLoss  bool
 	readyAt    int64 // monotime
 	retryAt    int64 // end of the backoff (monotime)
 	backoffErr error // what requests fail with during the backoff
@@ -470,13 +472,17 @@ func (c *Conn) fail(gen uint64, established bool, kind, cause error) {
 	case !established:
 		c.failures++
 	case now-c.readyAt >= int64(stableConnectionAge):
-		c.failures = 0
+		c.failures, c.youngLoss = 0, false
 	default:
 		// Died young: a bookie that accepts and then drops connections (crash-looping,
-		// shedding load) must not be redialled in a tight loop. The first such loss still
-		// redials at once, like any loss.
-		c.failures++
-		backoff = c.failures > 1
+		// shedding load) must not be redialled in a tight loop. The first such loss after a
+		// connection that lived still redials at once, like any loss, and is no failed
+		// attempt: the next one backs off for ReconnectMin.
+		backoff = c.failures > 0 || c.youngLoss
+		if backoff {
+			c.failures++
+		}
+		c.youngLoss = true
 	}
 	var delay time.Duration
 	if backoff {

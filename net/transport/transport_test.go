@@ -1114,3 +1114,42 @@ func TestCloseDuringDialFailsWithErrClosed(t *testing.T) {
 	}
 	checkNoGoroutines(t)
 }
+
+// TestFirstYoungLossIsNotABackoffStep: the first connection that dies young redials at once
+// and does not count as a failed attempt, so the next one that dies young backs off for
+// ReconnectMin, the first step, not twice that (doc.go: Connections, failures and backoff).
+func TestFirstYoungLossIsNotABackoffStep(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = nc.Close()
+		}
+	}()
+	t.Cleanup(func() { _ = ln.Close() })
+	const minBackoff = 10 * time.Second
+	p := newPool(t, Config{ReconnectMin: minBackoff, ReconnectMax: 8 * minBackoff})
+	conn := p.Conn(ln.Addr().String())
+	col := newCollector(1)
+	for i := range 2 {
+		conn.Read(1, 0, 0, nil, col.onRead, i)
+		if r := col.one(t); !errors.Is(r.err, ErrConnection) {
+			t.Fatalf("read %d: %v, want ErrConnection", i, r.err)
+		}
+		if st := conn.Stats(); st.Losses != int64(i+1) {
+			t.Fatalf("read %d: stats %+v, want a lost connection, not a failed connect", i, st)
+		}
+	}
+	conn.mu.Lock()
+	state, left := conn.state, time.Duration(conn.retryAt-monotime.Now())
+	conn.mu.Unlock()
+	if state != stateBackoff || left > minBackoff {
+		t.Fatalf("after two connections died young: state %d, backoff %v left, want at most ReconnectMin %v", state, left, minBackoff)
+	}
+}
