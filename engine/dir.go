@@ -164,6 +164,9 @@ func (d *ledgerDir) get(ledger, entry int64, dst []byte) ([]byte, error) {
 	// Before the look-up: a location found later may be of this ledger or, if it is deleted
 	// meanwhile, of the deleted one, never of a new ledger of the same id.
 	l := d.e.ledgers.get(ledger)
+	// Before the look-up too: what it finds is cached only if no flush committed a newer copy
+	// meanwhile (readCache.invalidate).
+	gen := d.reads.generation()
 	d.logsMu.RLock()
 	defer d.logsMu.RUnlock()
 	loc, found, err := d.idx.Location(ledger, entry)
@@ -183,7 +186,7 @@ func (d *ledgerDir) get(ledger, entry int64, dst []byte) ([]byte, error) {
 		}
 		return out, nil
 	}
-	out, err := d.readFromLog(ledger, entry, loc, dst)
+	out, err := d.readFromLog(gen, ledger, entry, loc, dst)
 	if l.deleted.Load() {
 		// DeleteLedger dropped the ledger's cached entries, perhaps before this read cached
 		// some: drop them again, or a new ledger of the same id would be served them. (It sets
@@ -222,7 +225,7 @@ const readAheadBytes = 1 << 20
 // flush writes each ledger's entries in order) into the read cache. Only records the index
 // points at are cached: after a crash between a flush's entry-log sync and its index commit, the
 // log holds records of entries that were never acknowledged and that reads must not find.
-func (d *ledgerDir) readFromLog(ledger, entry int64, loc uint64, dst []byte) ([]byte, error) {
+func (d *ledgerDir) readFromLog(gen uint64, ledger, entry int64, loc uint64, dst []byte) ([]byte, error) {
 	found := false
 	count := 0
 	batch := d.e.cfg.ReadAheadBatchSize
@@ -244,7 +247,7 @@ func (d *ledgerDir) readFromLog(ledger, entry int64, loc uint64, dst []byte) ([]
 			dst = append(dst, data...)
 			found = true
 			if batch > 0 {
-				d.reads.put(l, en, data)
+				d.reads.put(gen, l, en, data)
 			}
 			count++
 			return true
@@ -259,7 +262,7 @@ func (d *ledgerDir) readFromLog(ledger, entry int64, loc uint64, dst []byte) ([]
 		if len(indexed) == 0 || indexed[0].entry != en || indexed[0].loc != at {
 			return false // not the copy the index points at: stop reading ahead
 		}
-		d.reads.put(l, en, data)
+		d.reads.put(gen, l, en, data)
 		count++
 		return count <= batch
 	})
@@ -391,7 +394,10 @@ func (d *ledgerDir) flush(marks []journal.Mark) (err error) {
 	if err := d.e.hook(stepIndexSynced); err != nil {
 		return err
 	}
-	// Everything in h is now readable from the index; stop looking in h, then recycle it.
+	// Everything in h is now readable from the index: drop older copies of its entries from the
+	// read cache (a recovery add may have written one again) while h still hides them, then stop
+	// looking in h and recycle it.
+	d.reads.invalidate(d.scratch)
 	d.flushing.Store(nil)
 	h.reset()
 	d.stats.flushes.Add(1)

@@ -5,17 +5,27 @@ import "sync"
 // readCache keeps entries read from entry logs (and read ahead along the same ledger): a ring of
 // segments, each with its own index. When the newest segment is full, the oldest is cleared and
 // becomes the newest, so memory is bounded by the segments (dbStorage_readAheadCacheMaxSizeMb).
+//
+// A cached copy must never outlive a newer add of its entry (a recovery add writes an entry
+// again): the write cache hides it only until the flush recycles the half. So each flush drops
+// the entries it wrote (invalidate), and a read that looked the index up before that flush's
+// commit caches nothing (its generation is stale), or it would put back the older copy.
 type readCache struct {
 	// mu guards everything below.
 	mu       sync.RWMutex
 	segments []readSegment
 	current  int
+	// gen counts invalidations: put caches only for the generation its reader started in.
+	gen uint64
 }
 
 type readSegment struct {
 	data  []byte
 	used  int
 	index map[entryKey]cacheSlot
+	// ledgers counts the segment's entries per ledger, so that invalidate skips ledgers it
+	// does not hold without a look-up per entry.
+	ledgers map[int64]int
 }
 
 func newReadCache(size int64, segments int) *readCache {
@@ -23,7 +33,7 @@ func newReadCache(size int64, segments int) *readCache {
 	segSize := max(size/int64(segments), 64<<10)
 	c := &readCache{segments: make([]readSegment, segments)}
 	for i := range c.segments {
-		c.segments[i] = readSegment{data: make([]byte, segSize), index: make(map[entryKey]cacheSlot)}
+		c.segments[i] = readSegment{data: make([]byte, segSize), index: make(map[entryKey]cacheSlot), ledgers: make(map[int64]int)}
 	}
 	return c
 }
@@ -41,10 +51,22 @@ func (c *readCache) get(ledger, entry int64, dst []byte) ([]byte, bool) {
 	return dst, false
 }
 
-// put caches an entry. Entries larger than a segment are not cached.
-func (c *readCache) put(ledger, entry int64, data []byte) {
+// generation returns the current generation: take it before the index look-ups whose
+// results are to be cached.
+func (c *readCache) generation() uint64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.gen
+}
+
+// put caches an entry read in generation gen; nothing is cached if an invalidation came since.
+// Entries larger than a segment are not cached.
+func (c *readCache) put(gen uint64, ledger, entry int64, data []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if gen != c.gen {
+		return
+	}
 	s := &c.segments[c.current]
 	if len(data) > len(s.data) {
 		return
@@ -53,11 +75,49 @@ func (c *readCache) put(ledger, entry int64, data []byte) {
 		c.current = (c.current + 1) % len(c.segments)
 		s = &c.segments[c.current]
 		clear(s.index)
+		clear(s.ledgers)
 		s.used = 0
 	}
 	copy(s.data[s.used:], data)
-	s.index[entryKey{ledger, entry}] = cacheSlot{offset: int64(s.used), length: int32(len(data))}
+	k := entryKey{ledger, entry}
+	if _, ok := s.index[k]; !ok {
+		s.ledgers[ledger]++
+	}
+	s.index[k] = cacheSlot{offset: int64(s.used), length: int32(len(data))}
 	s.used += len(data)
+}
+
+// invalidate drops the cached copies of flushed entries (sorted by ledger, as a flush writes
+// them) and starts a new generation, so that a read that looked them up before cannot cache
+// them again.
+func (c *readCache) invalidate(flushed []sortedEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	for i := range c.segments {
+		s := &c.segments[i]
+		if len(s.index) == 0 {
+			continue
+		}
+		for run := flushed; len(run) > 0; {
+			ledger := run[0].key.ledger
+			n := 1
+			for n < len(run) && run[n].key.ledger == ledger {
+				n++
+			}
+			if s.ledgers[ledger] > 0 {
+				for _, f := range run[:n] {
+					if _, ok := s.index[f.key]; ok {
+						delete(s.index, f.key)
+						if s.ledgers[ledger]--; s.ledgers[ledger] == 0 {
+							delete(s.ledgers, ledger)
+						}
+					}
+				}
+			}
+			run = run[n:]
+		}
+	}
 }
 
 // has reports whether the entry is cached.
@@ -77,10 +137,15 @@ func (c *readCache) removeLedger(ledger int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range c.segments {
-		for k := range c.segments[i].index {
+		s := &c.segments[i]
+		if s.ledgers[ledger] == 0 {
+			continue
+		}
+		for k := range s.index {
 			if k.ledger == ledger {
-				delete(c.segments[i].index, k)
+				delete(s.index, k)
 			}
 		}
+		delete(s.ledgers, ledger)
 	}
 }
