@@ -189,10 +189,13 @@ func newCacheHalf(size, segSize int64) *cacheHalf {
 		segSize = size
 	}
 	n := (size + segSize - 1) / segSize
-	h := &cacheHalf{segSize: segSize, capacity: n * segSize}
+	// The last segment holds only the rest of the half (allocate never crosses a segment's end
+	// nor the capacity): whole segments would hold up to a segment more than the configured
+	// size.
+	h := &cacheHalf{segSize: segSize, capacity: size}
 	h.segments = make([][]byte, n)
 	for i := range h.segments {
-		seg := make([]byte, segSize)
+		seg := make([]byte, min(segSize, size-int64(i)*segSize))
 		// Touch every page now: a first write to a fresh page is a page fault, which would
 		// otherwise land on the add path.
 		for p := 0; p < len(seg); p += 4096 {

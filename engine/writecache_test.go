@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/ringkeeper/ringkeeper/internal/diskio"
 )
 
 func TestWriteCacheHalfOrderGapsAndSparse(t *testing.T) {
@@ -176,5 +178,48 @@ func TestWriteCacheIndexStaysWithinTheCache(t *testing.T) {
 	}
 	if ls2 := h2.lookup(1); len(ls2.dense) != 100 || len(ls2.sparse) != 0 {
 		t.Fatalf("consecutive ids: %d dense, %d sparse, want all 100 dense", len(ls2.dense), len(ls2.sparse))
+	}
+}
+
+// TestWriteCacheStaysWithinItsConfiguredSize: a half whose size is not a multiple of the
+// segment size was given a whole last segment, so both halves held up to a segment more than
+// dbStorage_writeCacheMaxSizeMb: 128 MiB halves for 100 MiB ones with the 64 MiB segments, or
+// 4.5 MiB for 4 MiB once segments grew to the largest entry (1.5 MiB). The last segment is now
+// only as large as the rest of the half, and the half still takes entries up to its size.
+func TestWriteCacheStaysWithinItsConfiguredSize(t *testing.T) {
+	defer func(old int64) { writeCacheSegmentSize = old }(writeCacheSegmentSize)
+	writeCacheSegmentSize = 1 << 20
+	cfg := testConfig(t, diskio.NewMem(4096), 2)
+	cfg.WriteCacheMaxSize = 6 << 20 // 1.5 MiB halves
+	e := openTest(t, cfg)
+	defer e.Close()
+	var allocated int64
+	for _, d := range e.dirs {
+		for _, h := range d.halves {
+			for _, seg := range h.segments {
+				allocated += int64(len(seg))
+			}
+		}
+	}
+	if capacity := e.Stats().WriteCacheCapacity; allocated > cfg.WriteCacheMaxSize || capacity > cfg.WriteCacheMaxSize {
+		t.Fatalf("write cache of %d bytes configured: %d bytes allocated, capacity %d", cfg.WriteCacheMaxSize, allocated, capacity)
+	}
+
+	h := newCacheHalf(100<<10, 64<<10)
+	data := make([]byte, 5000)
+	n := 0
+	for ; ; n++ {
+		if _, _, ok := h.put(1, int64(n), data, false); !ok {
+			break
+		}
+	}
+	// 5056 bytes each (64-byte aligned): 12 in the 64 KiB segment, 7 in the 36 KiB one.
+	if n != 19 {
+		t.Fatalf("a 100 KiB half took %d entries of 5000 bytes, want 19", n)
+	}
+	for i := range n {
+		if got, ok := h.get(1, int64(i), nil); !ok || len(got) != len(data) {
+			t.Fatalf("entry %d: ok=%v, %d bytes", i, ok, len(got))
+		}
 	}
 }
