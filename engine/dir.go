@@ -113,7 +113,7 @@ func (d *ledgerDir) signalSpace() {
 }
 
 // put copies an entry into the active half, waiting up to MaxThrottleTime for a checkpoint to
-// make room when both halves are full. With journaled set, the half's pendingJournal count is
+// make room when both halves are full (or until the engine fails: no checkpoint will). With journaled set, the half's pendingJournal count is
 // raised before the half can be sealed, and the returned slice (the cached copy) stays valid
 // until the caller calls pendingJournal.Done.
 func (d *ledgerDir) put(ledger, entry int64, data []byte, journaled, wait bool) (*cacheHalf, []byte, uint32, error) {
@@ -146,6 +146,7 @@ func (d *ledgerDir) put(ledger, entry int64, data []byte, journaled, wait bool) 
 		t := time.NewTimer(deadline.Sub(now))
 		select {
 		case <-space:
+		case <-d.e.failedCh: // returns the failure at the next turn
 		case <-t.C:
 		case <-d.e.closing:
 			t.Stop()

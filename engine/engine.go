@@ -42,6 +42,9 @@ type Engine struct {
 	diskFull atomic.Bool
 	// failed holds the sticky storage error (a failed flush or journal): adds fail with it.
 	failed atomic.Pointer[error]
+	// failedCh is closed when failed is set: it wakes adds waiting for write-cache space, which
+	// no checkpoint will make any more.
+	failedCh chan struct{}
 
 	checkpointMu   sync.Mutex // one checkpoint at a time
 	checkpointKick chan struct{}
@@ -200,6 +203,7 @@ func Open(cfg Config) (*Engine, error) {
 		checkpointKick: make(chan struct{}, 1),
 		closing:        make(chan struct{}),
 		checkpointDone: make(chan struct{}),
+		failedCh:       make(chan struct{}),
 	}
 	e.ledgers = newLedgerTable(e.wallNow)
 	e.addOps.New = func() any {
@@ -467,6 +471,7 @@ func (e *Engine) Failure() error {
 
 func (e *Engine) fail(err error) {
 	if e.failed.CompareAndSwap(nil, &err) {
+		close(e.failedCh)
 		e.log.Error("storage failed: adds are refused until restart", "err", err)
 	}
 }

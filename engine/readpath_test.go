@@ -2,7 +2,9 @@ package engine
 
 import (
 	"bytes"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/ringkeeper/ringkeeper/internal/diskio"
 )
@@ -51,4 +53,63 @@ func TestReadCacheServesAnOverwrittenEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after the checkpoint")
+}
+
+// TestThrottledAddFailsWhenTheFlushFails: an add waiting for write-cache space (both halves
+// full) is woken only by a swap of the halves, the timer or Close. When the flush that was to
+// recycle the sealed half failed, the engine stopped for good (sticky) and no swap could come:
+// the add, holding its ledger's addMu (a fence of the ledger waited too), slept out the whole
+// MaxThrottleTime before it returned the failure. It now returns it at once.
+func TestThrottledAddFailsWhenTheFlushFails(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := testConfig(t, fs, 1)
+	cfg.WriteCacheMaxSize = 2 << 20 // 1 MiB halves
+	cfg.MaxThrottleTime = 10 * time.Second
+	e := openTest(t, cfg)
+	defer e.Close()
+	release := make(chan struct{})
+	held := make(chan struct{})
+	e.setCheckpointHook(func(s checkpointStep) error {
+		if s == stepHalvesSwapped {
+			close(held)
+			<-release // the flush of the sealed half is stuck, then fails
+			return errTestCrash
+		}
+		return nil
+	})
+	checkpointed := make(chan error, 1)
+	go func() { checkpointed <- e.Checkpoint() }()
+	<-held
+	// Fill the active half: both halves are full.
+	en := int64(0)
+	for ; ; en++ {
+		queued, err := e.TryAdd(testKey, storedEntry(9, en), false, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !queued {
+			break
+		}
+	}
+	added := make(chan error, 1)
+	go func() { added <- e.Add(testKey, storedEntry(9, en), false, nil, nil) }()
+	for e.Stats().ThrottledAdds == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	if err := <-checkpointed; !errors.Is(err, errTestCrash) {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	failed := time.Now()
+	select {
+	case err := <-added:
+		if !errors.Is(err, errTestCrash) {
+			t.Fatalf("throttled add after the flush failed: %v, want the engine's failure", err)
+		}
+		t.Logf("the throttled add failed %v after the flush", time.Since(failed))
+	case <-time.After(3 * time.Second):
+		err := <-added
+		t.Fatalf("the throttled add still waited 3s after the flush failed for good (then, after %v: %v)",
+			time.Since(failed), err)
+	}
 }
