@@ -229,7 +229,9 @@ const readAheadBytes = 1 << 20
 func (d *ledgerDir) readFromLog(gen uint64, ledger, entry int64, loc uint64, dst []byte) ([]byte, error) {
 	found := false
 	count := 0
-	batch := d.e.cfg.ReadAheadBatchSize
+	// No more entries than the read-ahead's bytes can hold: the setting has no upper bound, and
+	// room for the index's locations is allocated up front.
+	batch := min(d.e.cfg.ReadAheadBatchSize, readAheadBytes/storedEntryHeader)
 	var indexed []entryLocation // the index's next locations of the ledger, in entry order
 	if batch > 0 {
 		indexed = make([]entryLocation, 0, batch)

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -111,5 +112,42 @@ func TestThrottledAddFailsWhenTheFlushFails(t *testing.T) {
 		err := <-added
 		t.Fatalf("the throttled add still waited 3s after the flush failed for good (then, after %v: %v)",
 			time.Since(failed), err)
+	}
+}
+
+// TestHugeReadAheadBatchSize: dbStorage_readAheadCacheBatchSize has no upper bound (an
+// operator may set it very high to mean "as far as the read goes"), and every read that read
+// ahead allocated room for that many index locations up front: a sequential read panicked
+// (makeslice) or asked for gigabytes. A read ahead never covers more entries than its bytes
+// can hold, so the batch is bounded by that.
+func TestHugeReadAheadBatchSize(t *testing.T) {
+	fs := diskio.NewMem(4096)
+	cfg := testConfig(t, fs, 1)
+	cfg.ReadAheadBatchSize = math.MaxInt
+	e := openTest(t, cfg)
+	defer e.Close()
+	const l = int64(4)
+	for en := range int64(10) {
+		if err := addSync(e, testKey, storedEntry(l, en), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("a sequential read with a batch size of %d panicked: %v", cfg.ReadAheadBatchSize, r)
+			}
+		}()
+		for en := range int64(2) {
+			mustRead(t, e, l, en)
+		}
+	}()
+	for en := int64(2); en < 10; en++ {
+		if got, ok := e.ReadCached(l, en, nil); !ok || !bytes.Equal(got, storedEntry(l, en)) {
+			t.Fatalf("entry %d not read ahead", en)
+		}
 	}
 }
