@@ -29,8 +29,10 @@ type readSegment struct {
 }
 
 func newReadCache(size int64, segments int) *readCache {
-	segments = max(segments, 2)
-	segSize := max(size/int64(segments), 64<<10)
+	// Fewer segments for a small cache, so that none is under 64 KiB, but at least 2 (then
+	// smaller); never more memory than size (0 caches nothing).
+	segments = int(max(min(int64(segments), size/(64<<10)), 2))
+	segSize := size / int64(segments)
 	c := &readCache{segments: make([]readSegment, segments)}
 	for i := range c.segments {
 		c.segments[i] = readSegment{data: make([]byte, segSize), index: make(map[entryKey]cacheSlot), ledgers: make(map[int64]int)}

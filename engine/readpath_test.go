@@ -151,3 +151,44 @@ func TestHugeReadAheadBatchSize(t *testing.T) {
 		}
 	}
 }
+
+// TestReadCacheStaysWithinItsConfiguredSize: the read cache gave each of its 8 segments at
+// least 64 KiB, 512 KiB per ledger dir whatever dbStorage_readAheadCacheMaxSizeMb said: a
+// cache configured off (0) or small, or split over several dirs, held more. Reads still work,
+// and a sequential read still reads ahead into a small cache.
+func TestReadCacheStaysWithinItsConfiguredSize(t *testing.T) {
+	for _, size := range []int64{0, 256 << 10, 100 << 10} {
+		fs := diskio.NewMem(4096)
+		cfg := testConfig(t, fs, 2)
+		cfg.ReadAheadCacheMaxSize = size
+		e := openTest(t, cfg)
+		var held int64
+		for _, d := range e.dirs {
+			for _, s := range d.reads.segments {
+				held += int64(len(s.data))
+			}
+		}
+		if held > size {
+			e.Close()
+			t.Fatalf("read cache of %d bytes configured over 2 dirs holds %d bytes", size, held)
+		}
+		const l = int64(4)
+		for en := range int64(10) {
+			if err := addSync(e, testKey, storedEntry(l, en), false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := e.Checkpoint(); err != nil {
+			t.Fatal(err)
+		}
+		for en := range int64(10) {
+			mustRead(t, e, l, en)
+		}
+		if _, ok := e.ReadCached(l, 9, nil); ok != (size > 0) {
+			t.Errorf("read cache of %d bytes: entry 9 read ahead %v", size, ok)
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
