@@ -96,29 +96,28 @@ func (c *readCache) invalidate(flushed []sortedEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gen++
-	for i := range c.segments {
-		s := &c.segments[i]
-		if len(s.index) == 0 {
-			continue
+	for len(flushed) > 0 {
+		ledger := flushed[0].key.ledger
+		n := 1
+		for n < len(flushed) && flushed[n].key.ledger == ledger {
+			n++
 		}
-		for run := flushed; len(run) > 0; {
-			ledger := run[0].key.ledger
-			n := 1
-			for n < len(run) && run[n].key.ledger == ledger {
-				n++
+		for i := range c.segments {
+			s := &c.segments[i]
+			if s.ledgers[ledger] == 0 {
+				continue
 			}
-			if s.ledgers[ledger] > 0 {
-				for _, f := range run[:n] {
-					if _, ok := s.index[f.key]; ok {
-						delete(s.index, f.key)
-						if s.ledgers[ledger]--; s.ledgers[ledger] == 0 {
-							delete(s.ledgers, ledger)
-						}
+			for _, f := range flushed[:n] {
+				if _, ok := s.index[f.key]; ok {
+					delete(s.index, f.key)
+					if s.ledgers[ledger]--; s.ledgers[ledger] == 0 {
+						delete(s.ledgers, ledger)
+						break
 					}
 				}
 			}
-			run = run[n:]
 		}
+		flushed = flushed[n:]
 	}
 }
 

@@ -192,3 +192,40 @@ func TestReadCacheStaysWithinItsConfiguredSize(t *testing.T) {
 		}
 	}
 }
+
+// The read cache's invalidation (TestReadCacheServesAnOverwrittenEntry) drops exactly the
+// flushed entries from every segment, keeps the others, and refuses a put of a read that took
+// its generation before it.
+func TestReadCacheInvalidate(t *testing.T) {
+	c := newReadCache(4*(64<<10), 4)
+	data := func(l, en int64) []byte { return bytes.Repeat([]byte{byte(l*31 + en)}, 600) }
+	gen := c.generation()
+	for en := range int64(200) { // about 3 segments of 2 ledgers' entries
+		for _, l := range []int64{1, 2} {
+			c.put(gen, l, en, data(l, en))
+		}
+	}
+	var flushed []sortedEntry
+	for _, k := range []entryKey{{1, 10}, {1, 150}, {1, 199}, {2, 7}, {3, 5}} {
+		flushed = append(flushed, sortedEntry{key: k})
+	}
+	c.invalidate(flushed)
+	for _, f := range flushed {
+		if _, ok := c.get(f.key.ledger, f.key.entry, nil); ok {
+			t.Fatalf("entry %v still cached after its flush", f.key)
+		}
+	}
+	for _, k := range []entryKey{{1, 11}, {1, 198}, {2, 10}, {2, 199}} {
+		if got, ok := c.get(k.ledger, k.entry, nil); !ok || !bytes.Equal(got, data(k.ledger, k.entry)) {
+			t.Fatalf("entry %v lost by the invalidation of others", k)
+		}
+	}
+	c.put(gen, 1, 10, data(1, 10)) // looked up before the flush: not cached
+	if _, ok := c.get(1, 10, nil); ok {
+		t.Fatal("a read of the generation before the flush cached its older copy")
+	}
+	c.put(c.generation(), 1, 10, data(1, 10))
+	if _, ok := c.get(1, 10, nil); !ok {
+		t.Fatal("a read after the flush cached nothing")
+	}
+}
