@@ -23,14 +23,7 @@ func TestReadCacheServesAnOverwrittenEntry(t *testing.T) {
 	e := openTest(t, cfg)
 	defer e.Close()
 	const l = int64(4)
-	for en := range int64(10) {
-		if err := addSync(e, testKey, storedEntry(l, en), false); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := e.Checkpoint(); err != nil {
-		t.Fatal(err)
-	}
+	addCheckpointed(t, e, l, 10)
 	for en := range int64(2) { // a sequential read reads 2..9 ahead into the read cache
 		mustRead(t, e, l, en)
 	}
@@ -129,14 +122,7 @@ func TestHugeReadAheadBatchSize(t *testing.T) {
 	e := openTest(t, cfg)
 	defer e.Close()
 	const l = int64(4)
-	for en := range int64(10) {
-		if err := addSync(e, testKey, storedEntry(l, en), false); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := e.Checkpoint(); err != nil {
-		t.Fatal(err)
-	}
+	addCheckpointed(t, e, l, 10)
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
