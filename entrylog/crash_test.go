@@ -276,8 +276,10 @@ func TestCrashInsideFlush(t *testing.T) {
 			cfg.LogSizeLimit = 64 << 10
 			e := mustOpen(t, cfg)
 			var count atomic.Int64
+			var injected atomic.Bool
 			fs.SetInjector(func(op diskio.Op) error {
 				if op.Kind == kind && len(op.Name) > 4 && op.Name[len(op.Name)-4:] == ".log" && count.Add(1) == int64(k+1) {
+					injected.Store(true)
 					return fmt.Errorf("injected %v failure", kind)
 				}
 				return nil
@@ -299,7 +301,10 @@ func TestCrashInsideFlush(t *testing.T) {
 			}
 			if !failed {
 				e.Close()
-				break // k is past the last operation of the workload
+				if !injected.Load() {
+					break // k is past the last operation of the workload
+				}
+				continue // it failed a preparation of the next log ahead, which the roll redid
 			}
 			image := fs.Crash(mode, rand.New(rand.NewPCG(uint64(k), 5)))
 			cfg.FS = image
