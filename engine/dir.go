@@ -113,9 +113,9 @@ func (d *ledgerDir) signalSpace() {
 }
 
 // put copies an entry into the active half, waiting up to MaxThrottleTime for a checkpoint to
-// make room when both halves are full (or until the engine fails: no checkpoint will). With journaled set, the half's pendingJournal count is
-// raised before the half can be sealed, and the returned slice (the cached copy) stays valid
-// until the caller calls pendingJournal.Done.
+// make room when both halves are full (or until the engine fails: no checkpoint will). With
+// journaled set, the half's pendingJournal count is raised before the half can be sealed, and
+// the returned slice (the cached copy) stays valid until the caller calls pendingJournal.Done.
 func (d *ledgerDir) put(ledger, entry int64, data []byte, journaled, wait bool) (*cacheHalf, []byte, uint32, error) {
 	var deadline time.Time
 	for {
