@@ -37,6 +37,28 @@ func TestCreateLedgerRefusesBadOptions(t *testing.T) {
 	}
 }
 
+// TestCreateLedgerRefusesOversizeCustomMetadata: custom metadata whose value or whole
+// encoding is over the metadata's size limit (metadata.MaxEncodedSize) fails with
+// ErrBadArgument, as the other options the metadata would reject do, and takes no ledger id.
+func TestCreateLedgerRefusesOversizeCustomMetadata(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	cl := newClient(t, c, nil)
+	ctx := context.Background()
+	first := createLedger(t, cl, 3, 2, 2)
+	for name, custom := range map[string]map[string][]byte{
+		"value over the limit":           {"a": make([]byte, metadata.MaxEncodedSize+1)},
+		"values together over the limit": {"a": make([]byte, metadata.MaxEncodedSize/2), "b": make([]byte, metadata.MaxEncodedSize/2)},
+	} {
+		o := CreateOptions{EnsembleSize: 3, WriteQuorum: 2, AckQuorum: 2, Password: password, Custom: custom}
+		if _, err := cl.CreateLedger(ctx, o); !errors.Is(err, ErrBadArgument) {
+			t.Errorf("%s: %v, want ErrBadArgument", name, err)
+		}
+	}
+	if next := createLedger(t, cl, 3, 2, 2); next.ID() != first.ID()+1 {
+		t.Fatalf("ledger %d after ledger %d: the refused creates took ids", next.ID(), first.ID())
+	}
+}
+
 // TestCreateLedgerCopiesCustomMetadata: changing the caller's map afterwards changes neither
 // the handle's metadata nor what a later metadata update would write.
 func TestCreateLedgerCopiesCustomMetadata(t *testing.T) {

@@ -342,6 +342,15 @@ func (c *Client) CreateLedger(ctx context.Context, o CreateOptions) (*Ledger, er
 	if err := md.Validate(); err != nil { // before an id is taken
 		return nil, fmt.Errorf("%w: %w", ErrBadArgument, err)
 	}
+	// Validate does not bound the size: the codec does (metadata.MaxEncodedSize, which large
+	// custom metadata can exceed). Also before an id is taken.
+	codec := c.cfg.Metadata.Codec
+	if codec == nil {
+		codec = metadata.DefaultCodec
+	}
+	if _, err := codec.Encode(md); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadArgument, err)
+	}
 	id, version, err := metadata.CreateLedger(ctx, c.md, md)
 	if err != nil {
 		return nil, ledgerErr(err, id)
