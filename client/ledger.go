@@ -174,10 +174,15 @@ func (lh *Ledger) LastAddConfirmed() int64 {
 
 // Append adds data as the next entry and returns its id once Qa bookies have it durably. It
 // must not be called from an AppendAsync callback: that goroutine runs the callbacks after it.
+// With ctx done before the call it writes nothing and returns ctx's error; once ctx ends
+// later, it returns ctx's error and the add goes on (it may or may not be written).
 func (lh *Ledger) Append(ctx context.Context, data []byte) (int64, error) {
 	type result struct {
 		id  int64
 		err error
+	}
+	if err := ctx.Err(); err != nil {
+		return -1, err // nothing sent: the caller is told so and may write it again
 	}
 	ch := make(chan result, 1)
 	if ctx.Done() != nil {

@@ -786,3 +786,29 @@ func TestMaxPendingAddsAboveTheTransportBound(t *testing.T) {
 		t.Fatalf("New with MaxPendingAdds above MaxPendingPerConn: %v, want ErrBadArgument", err)
 	}
 }
+
+// TestAppendWithADoneContextWritesNothing: an Append whose ctx is done before the call returns
+// the ctx's error without writing: the entry must not appear in the ledger (the caller is told
+// it was not acknowledged, and would write it again), nor take an entry id.
+func TestAppendWithADoneContextWritesNothing(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	cl := newClient(t, c, nil)
+	ctx := context.Background()
+	lh := createLedger(t, cl, 3, 2, 2)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	for range 20 { // the add's completion could race the ctx in Append's select
+		if id, err := lh.Append(done, []byte("not wanted")); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Append with a cancelled ctx: id %d, %v; want context.Canceled", id, err)
+		}
+	}
+	if id, err := lh.Append(ctx, []byte("first")); err != nil || id != 0 {
+		t.Fatalf("the first Append with a live ctx got id %d (%v), want 0", id, err)
+	}
+	if err := lh.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if md := lh.Metadata(); md.LastEntryID != 0 || md.Length != int64(len("first")) {
+		t.Fatalf("closed at entry %d, length %d; want 0, %d", md.LastEntryID, md.Length, len("first"))
+	}
+}
