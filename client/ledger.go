@@ -779,10 +779,14 @@ func (lh *Ledger) updateEnsemble(ctx context.Context, md *metadata.LedgerMetadat
 // the last entry it acknowledged, also after adds failed (BookKeeper's close of a failed
 // handle), unless the ledger was fenced or the bookies refused this client. It must not be
 // called from an AppendAsync callback (that goroutine may be the one to run the others).
-// Closing a read handle does nothing. Later appends fail with ErrLedgerClosed.
+// Closing a read handle does nothing. Later appends fail with ErrLedgerClosed (also after a
+// Close whose ctx ended while it waited), not after one whose ctx was done before the call.
 func (lh *Ledger) Close(ctx context.Context) error {
 	if lh.readOnly {
 		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err // before closing is set: the handle stays writable
 	}
 	lh.mu.Lock()
 	lh.closing = true

@@ -812,3 +812,24 @@ func TestAppendWithADoneContextWritesNothing(t *testing.T) {
 		t.Fatalf("closed at entry %d, length %d; want 0, %d", md.LastEntryID, md.Length, len("first"))
 	}
 }
+
+// TestCloseWithADoneContextDoesNothing: a Close whose ctx is done before the call returns the
+// ctx's error and leaves the handle as it was: it did not close the ledger, so appends go on.
+func TestCloseWithADoneContextDoesNothing(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	cl := newClient(t, c, nil)
+	ctx := context.Background()
+	lh := createLedger(t, cl, 3, 2, 2)
+	appendN(t, lh, 1)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := lh.Close(done); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Close with a cancelled ctx: %v, want context.Canceled", err)
+	}
+	if md, err := cl.LedgerMetadata(ctx, lh.ID()); err != nil || md.State != metadata.StateOpen {
+		t.Fatalf("after a cancelled Close: %v", err)
+	}
+	if id, err := lh.Append(ctx, []byte("more")); err != nil || id != 1 {
+		t.Fatalf("append after a Close that did nothing: id %d, %v; want 1", id, err)
+	}
+}
