@@ -140,22 +140,26 @@ func Start(ctx context.Context, cfg Config) (_ *Bookie, err error) {
 	}
 	b.metrics.registerEngine(b.registry, b.eng)
 	registerGC(b.registry, b.eng)
-	cookie := b.eng.Cookie().Encode()
-	if !hasStored {
-		if _, err := b.md.Cookies().Write(ctx, b.id, cookie, metadata.NoVersion); err != nil {
-			return nil, fmt.Errorf("bookie: store cookie: %w", err)
-		}
-	} else if string(stored) != string(cookie) {
-		local, _ := engine.ParseCookie(cookie)
+	// The store's cookie is checked before the bookie serves, and written only once it can (its
+	// ports are bound): a start that fails before then leaves no cookie behind for a bookie that
+	// never held data.
+	local := b.eng.Cookie()
+	cookie := local.Encode()
+	storeCookie := !hasStored
+	if hasStored && string(stored) != string(cookie) {
 		remote, perr := engine.ParseCookie(stored)
-		if perr != nil || local.InstanceID != remote.InstanceID || local.BookieID != remote.BookieID {
+		switch {
+		case perr != nil || remote.InstanceID != local.InstanceID || remote.BookieID != local.BookieID:
 			return nil, fmt.Errorf("%w: the metadata store's cookie for %s (version %d) does not match the local one; "+
 				"this bookie id belongs to another bookie or cluster", engine.ErrCookie, b.id, version)
+		case remote.Diff(local) != "":
+			// BookKeeper's rule: the dirs are those the store's cookie names, or the bookie would
+			// serve another set of dirs' data (an older run's) as its own.
+			return nil, fmt.Errorf("%w: the metadata store's cookie for %s (version %d) holds %s: the bookie last "+
+				"ran on other directories. Point it at those, or decommission the data of these",
+				engine.ErrCookie, b.id, version, remote.Diff(local))
 		}
-		// Same bookie, changed directory list on a compatible layout: record the new one.
-		if _, err := b.md.Cookies().Write(ctx, b.id, cookie, version); err != nil {
-			return nil, fmt.Errorf("bookie: update cookie: %w", err)
-		}
+		storeCookie = true // the same dirs spelt otherwise (an older version's cookie): record them as named now
 	}
 
 	scfg := cfg.Server
@@ -186,6 +190,16 @@ func Start(ctx context.Context, cfg Config) (_ *Bookie, err error) {
 	if cfg.PrometheusStatsHTTPPort != 0 {
 		if err := b.startHTTP(); err != nil {
 			return nil, err
+		}
+	}
+	if storeCookie {
+		if hasStored {
+			_, err = b.md.Cookies().Write(ctx, b.id, cookie, version)
+		} else {
+			_, err = b.md.Cookies().Write(ctx, b.id, cookie, metadata.NoVersion)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("bookie: store cookie: %w", err)
 		}
 	}
 	b.checkDisk() // the first state is known before registering

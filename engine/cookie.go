@@ -82,6 +82,11 @@ func ParseCookie(data []byte) (Cookie, error) {
 	return c, nil
 }
 
+// Diff describes how c differs from want ("" if they match): the bookie id, the cluster instance,
+// or the dirs (each spelling of a dir that names the same one matches, as the dirs' own cookies
+// do). The bookie checks the metadata store's cookie with it.
+func (c Cookie) Diff(want Cookie) string { return c.diff(want) }
+
 // diff describes how c differs from want ("" if they match).
 func (c Cookie) diff(want Cookie) string {
 	switch {
