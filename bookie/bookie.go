@@ -204,9 +204,20 @@ func Start(ctx context.Context, cfg Config) (_ *Bookie, err error) {
 	}
 	b.checkDisk() // the first state is known before registering
 	info := b.info()
-	if b.reg, err = b.md.Bookies().Register(ctx, info, cfg.RegistrationTTL); err != nil {
+	reg, err := b.md.Bookies().Register(ctx, info, cfg.RegistrationTTL)
+	if err != nil {
 		return nil, fmt.Errorf("bookie: register: %w", err)
 	}
+	// The admin API serves already: an operator may have changed the mode since info was taken
+	// (Register waits while a previous process's lease on the id lives). The registration must
+	// show the mode now; a failed update is retried by the disk checker.
+	b.stateMu.Lock()
+	b.reg = reg
+	if b.readOnly.Load() != (info.State == metadata.BookieReadOnly) {
+		b.updateRegistrationLocked()
+	}
+	info.State = b.info().State
+	b.stateMu.Unlock()
 	b.done.Go(b.runDiskChecker)
 	b.log.Info("bookie ready", "addr", b.srv.Addr().String(), "state", info.State, "ledgers", b.eng.Ledgers())
 	return b, nil

@@ -5,8 +5,11 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ringkeeper/ringkeeper/engine"
 	"github.com/ringkeeper/ringkeeper/metadata"
@@ -92,4 +95,62 @@ func TestDirsOfAnotherRunAreRefused(t *testing.T) {
 	if stored, _, err := md.Cookies().Read(ctx, id); err != nil || !bytes.Equal(stored, want) {
 		t.Errorf("the store's cookie after the refused start: %q %v, want the current dirs' %q", stored, err, want)
 	}
+}
+
+// TestReadOnlyForcedBeforeRegistrationIsRegistered: the admin API serves before the bookie has
+// registered (Register waits while a previous process's lease on the id lives, as after a
+// kill -9). An operator forcing read-only then got 200 and the bookie turned read-only, but the
+// registration filed it writable (its info was taken before) and nothing ever corrected it:
+// clients went on choosing it for new ensembles, each add failing with EREADONLY.
+func TestReadOnlyForcedBeforeRegistrationIsRegistered(t *testing.T) {
+	uri := metadatatest.URI(t)
+	md := metadatatest.Open(t, uri)
+	ctx := context.Background()
+	cfg := testConfig(t, uri, t.TempDir())
+	cfg.PrometheusStatsHTTPPort = freePort(t)
+	cfg.RegistrationTTL = 10 * time.Second
+	id := net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.BookiePort))
+	// The previous process's registration, its lease still alive.
+	prev, err := md.Bookies().Register(ctx, metadata.BookieInfo{ID: id, State: metadata.BookieWritable,
+		Endpoints: []metadata.Endpoint{{ID: metadata.EndpointBookie, Protocol: "bookie-rpc", Host: "127.0.0.1", Port: cfg.BookiePort}}}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		b   *Bookie
+		err error
+	}
+	started := make(chan result, 1)
+	go func() {
+		b, err := Start(ctx, cfg)
+		started <- result{b, err}
+	}()
+	url := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.PrometheusStatsHTTPPort)) + "/api/v1/bookie/state/readonly"
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		req, _ := http.NewRequest("PUT", url, strings.NewReader(`{"readOnly": true}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("PUT readonly while registering: %d", resp.StatusCode)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the admin API never answered: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	prev.Close(ctx) // the old lease goes: the new bookie registers
+	r := <-started
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	b := r.b
+	t.Cleanup(func() { b.Close(ctx) })
+	if !b.ReadOnly() {
+		t.Fatal("the forced read-only mode was lost")
+	}
+	waitReadOnly(t, b, md, true)
 }
