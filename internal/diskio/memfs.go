@@ -505,6 +505,11 @@ func (f *memFile) sync() error {
 		return err
 	}
 	if err := f.fs.checkLocked(OpSync, f.name); err != nil {
+		if !f.fs.crashed {
+			// As Linux after a writeback error: the pages stay readable but are marked clean,
+			// so no later sync writes them and a crash loses them (the harshest outcome).
+			f.ino.pending = f.ino.pending[:0]
+		}
 		return err
 	}
 	for _, op := range f.ino.pending {
