@@ -3,6 +3,7 @@ package diskio
 import (
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // SyncMode says what a WriteRequest makes durable.
@@ -88,6 +89,8 @@ type psyncWriteSyncer struct {
 	depth       int
 	workers     int
 	exited      chan struct{}
+	closeOnce   sync.Once
+	closed      chan struct{} // closed after the last Completion was delivered
 }
 
 func newPsyncWriteSyncer(depth int) *psyncWriteSyncer {
@@ -97,6 +100,7 @@ func newPsyncWriteSyncer(depth int) *psyncWriteSyncer {
 		depth:       depth,
 		workers:     depth,
 		exited:      make(chan struct{}, depth),
+		closed:      make(chan struct{}),
 	}
 	for range depth {
 		go w.work()
@@ -106,6 +110,7 @@ func newPsyncWriteSyncer(depth int) *psyncWriteSyncer {
 			<-w.exited
 		}
 		close(w.completions)
+		close(w.closed)
 	}()
 	return w
 }
@@ -146,7 +151,9 @@ func (w *psyncWriteSyncer) Completions() <-chan Completion { return w.completion
 func (w *psyncWriteSyncer) Depth() int                     { return w.depth }
 func (w *psyncWriteSyncer) Engine() Engine                 { return EnginePsync }
 
+// Close waits for the requests in flight; a second Close only waits.
 func (w *psyncWriteSyncer) Close() error {
-	close(w.requests)
+	w.closeOnce.Do(func() { close(w.requests) })
+	<-w.closed
 	return nil
 }
