@@ -105,9 +105,9 @@
 //
 // A ledger's runs never overlap: each holds entries in (end of the previous run, its key's
 // last entry]. So the run that may hold an entry is the first one at or after (ledgerId,
-// entryId): Location is one SeekGE and a decode of the run up to the entry, and LastEntry is
-// the ledger's last key. 64 entries keep that decode to a fraction of the seek (with 256 it
-// was a third of a look-up). Commit keeps the invariant: it sorts the batch's locations, and for
+// entryId): Location is one SeekGE and a decode of the whole run (only its end check tells a
+// damaged run from a good one), and LastEntry is the ledger's last key. 64 entries keep that
+// decode to a fraction of the seek (with 256 it was a third of a look-up). Commit keeps the invariant: it sorts the batch's locations, and for
 // each ledger reads the stored runs that the new entries' range overlaps (one SeekGE; none
 // for a ledger written in order), merges them with the new locations (new ones win), deletes
 // them and writes the merged list as new runs, all in the one atomic batch. Commits of an

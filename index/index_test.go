@@ -759,3 +759,28 @@ func TestFormat2GainsACheckpointRecord(t *testing.T) {
 		t.Fatalf("upgraded format record %q", v)
 	}
 }
+
+// TestDamagedRunIsNeverAWrongLocation: a look-up that stopped at the first pair matching its
+// entry, before the run's end check, took a run whose span was damaged (every entry shifted by
+// one stride) for one that holds the entry, and returned the location of its neighbour (entry
+// 0's for entry 3). A hit decodes the whole run too now, so the damage is ErrCorrupt.
+func TestDamagedRunIsNeverAWrongLocation(t *testing.T) {
+	ix := openTest(t)
+	var ps []pair
+	for e := int64(0); e <= 63; e += 3 { // a striped ledger: 0, 3, ..., 63 in one run
+		ps = append(ps, pair{e, loc(5, e)})
+	}
+	v := appendRun(nil, ps)
+	v[1] = 60 // damage the span: the run now reads as 3, 6, ..., 66, past its key's 63
+	var k [runKeyLen]byte
+	putIDKey(k[:], prefixRun, 5, 63)
+	if err := ix.db.Set(k[:], v, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []int64{3, 6, 30, 60} {
+		if l, err := ix.Location(5, e); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("Location(5, %d) in the damaged run = %#x, %v; want ErrCorrupt (%#x is entry %d's)",
+				e, l, err, loc(5, e-3), e-3)
+		}
+	}
+}

@@ -56,15 +56,17 @@ func decodeRun(dst []pair, v []byte, ledgerID, last int64) ([]pair, error) {
 	return dst, err
 }
 
-// findInRun returns the location of entry in a run value (key: ledgerID, last), decoding only
-// up to it when it is there: a look-up's hot path. A miss decodes the whole run, so that a
-// damaged run is an error (ErrCorrupt), never "not found".
+// findInRun returns the location of entry in a run value (key: ledgerID, last): a look-up's
+// hot path. It decodes the whole run, hit or miss, so that a damaged run is an error
+// (ErrCorrupt), never "not found" nor a wrong location: a damaged span or delta shifts the
+// entries after it, and only the end check (the entries end at the key's, no trailing bytes)
+// tells a shifted run from a good one.
 func findInRun(v []byte, ledgerID, last, entry int64) (loc uint64, found bool, err error) {
 	err = scanRun(v, ledgerID, last, func(p pair) bool {
 		if p.entry == entry {
 			loc, found = p.loc, true
 		}
-		return !found
+		return true
 	})
 	if err != nil {
 		return 0, false, err
