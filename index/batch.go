@@ -35,6 +35,8 @@ type Batch struct {
 	puts    []put
 	seq     int
 	deleted map[int64]int
+	// checkpoint: the batch sets the checkpoint record (PutCheckpoint).
+	checkpoint bool
 	// Scratch of Commit's merges.
 	news, olds, merged []pair
 }
@@ -135,6 +137,7 @@ func (b *Batch) PutCheckpoint(v []byte) {
 	}
 	_ = b.pb.Set(checkpointKey, v, nil)
 	_ = b.pb.Delete(upgradedKey, nil)
+	b.checkpoint = true
 }
 
 // Len returns the number of operations in the batch (a DeleteLedger counts as two, a
@@ -178,6 +181,10 @@ func (b *Batch) Commit(sync bool) error {
 	// an error returned here is about the batch itself, never about durability.
 	if err := b.commitPebble(opts); err != nil {
 		return fmt.Errorf("index: commit: %w", wrapPebble(err))
+	}
+	if b.checkpoint {
+		// The batch deleted upgradedKey: Upgraded says so at once, not only after a reopen.
+		b.ix.upgraded.Store(false)
 	}
 	return nil
 }
@@ -300,6 +307,7 @@ func (b *Batch) Reset() {
 	b.pb.Reset()
 	b.err = nil
 	b.seq = 0
+	b.checkpoint = false
 	clear(b.deleted)
 	if cap(b.puts)*int(unsafe.Sizeof(put{})) > b.ix.cfg.MaxRetainedBatchBytes {
 		b.puts = nil

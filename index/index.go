@@ -48,8 +48,9 @@ type Index struct {
 	commitMu sync.Mutex
 	// failed is the error of the commit whose WAL write failed (see ErrFailed), under commitMu.
 	failed error
-	// upgraded: Open converted an older format, which kept no checkpoint record.
-	upgraded bool
+	// upgraded: Open converted an older format, which kept no checkpoint record, and no
+	// checkpoint record was committed since (a commit that holds one clears it).
+	upgraded atomic.Bool
 }
 
 // Open opens (creating it if needed) the index in cfg.Dir.
@@ -134,7 +135,7 @@ func (ix *Index) checkFormat() error {
 		_, closer, err := ix.db.Get(upgradedKey)
 		if err == nil {
 			closer.Close()
-			ix.upgraded = true
+			ix.upgraded.Store(true)
 			return nil
 		}
 		if errors.Is(err, pebble.ErrNotFound) {
@@ -142,13 +143,13 @@ func (ix *Index) checkFormat() error {
 		}
 		return wrapPebble(err)
 	case ver == formatVersionRuns:
-		ix.upgraded = true
+		ix.upgraded.Store(true)
 		pb := ix.db.NewBatch()
 		defer pb.Close()
 		setFormat(pb, true)
 		return wrapPebble(pb.Commit(pebble.Sync))
 	case ver == formatVersionLocations:
-		ix.upgraded = true
+		ix.upgraded.Store(true)
 		return ix.convertLocations()
 	default:
 		return fmt.Errorf("%w: store has version %d, this build reads %d", ErrVersion, ver, formatVersion)
@@ -212,7 +213,7 @@ func (ix *Index) Flush() error {
 // Upgraded reports whether the store was converted from an older format, which kept no
 // checkpoint record, and no checkpoint record was committed since: its empty record then says
 // nothing about what it once held.
-func (ix *Index) Upgraded() bool { return ix.upgraded }
+func (ix *Index) Upgraded() bool { return ix.upgraded.Load() }
 
 // convertLocationsBatch is how many format-1 locations one unsynced conversion batch holds.
 const convertLocationsBatch = 1 << 20

@@ -784,3 +784,57 @@ func TestDamagedRunIsNeverAWrongLocation(t *testing.T) {
 		}
 	}
 }
+
+// TestUpgradedEndsWithTheFirstCheckpoint: Upgraded reports a converted store only until a
+// checkpoint record is committed, in the process that commits it as well as after a reopen;
+// a commit that fails, or one without a checkpoint record, leaves it set.
+func TestUpgradedEndsWithTheFirstCheckpoint(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ix")
+	ix, err := Open(DefaultConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ix.Upgraded() {
+		t.Fatal("a new store is Upgraded")
+	}
+	// Make it a format-2 store, as an older build left it.
+	if err := ix.db.Set(formatKey, []byte("RKIX\x00\x00\x00\x02"), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.db.Delete(checkpointKey, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	ix.Close()
+	if ix, err = Open(DefaultConfig(dir)); err != nil {
+		t.Fatal(err)
+	}
+	if !ix.Upgraded() {
+		t.Fatal("a converted format-2 store is not Upgraded")
+	}
+	b := ix.NewBatch()
+	b.PutLocation(1, 0, 42)
+	if err := b.Commit(true); err != nil || !ix.Upgraded() {
+		t.Fatalf("a commit without a checkpoint record: %v, Upgraded = %v; want true", err, ix.Upgraded())
+	}
+	b.PutCheckpoint([]byte("marks-1"))
+	b.PutLocation(-1, 0, 1)
+	if err := b.Commit(true); !errors.Is(err, ErrBadID) || !ix.Upgraded() {
+		t.Fatalf("a refused commit of a checkpoint record: %v, Upgraded = %v; want ErrBadID, true", err, ix.Upgraded())
+	}
+	b.PutCheckpoint([]byte("marks-1"))
+	if err := b.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+	if ix.Upgraded() {
+		t.Fatal("Upgraded after a checkpoint record was committed")
+	}
+	b.Close()
+	ix.Close()
+	if ix, err = Open(DefaultConfig(dir)); err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	if ix.Upgraded() {
+		t.Fatal("reopened: Upgraded after a checkpoint record was committed")
+	}
+}
