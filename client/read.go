@@ -298,8 +298,8 @@ func (lh *Ledger) ReadLastAddConfirmed(ctx context.Context) (int64, error) {
 	if md.State == metadata.StateClosed {
 		return md.LastEntryID, nil
 	}
-	res, err := lh.readLAC(ctx, md, false)
-	if (err != nil || res.lac <= prev && recheck) && ctx.Err() == nil && lh.mayBeStale(md) {
+	found, err := lh.readLAC(ctx, md, false)
+	if (err != nil || found <= prev && recheck) && ctx.Err() == nil && lh.mayBeStale(md) {
 		if changed, rerr := lh.refreshMetadata(ctx, md); rerr == nil && changed {
 			lh.mu.Lock()
 			md = lh.md
@@ -307,29 +307,25 @@ func (lh *Ledger) ReadLastAddConfirmed(ctx context.Context) (int64, error) {
 			if md.State == metadata.StateClosed {
 				return md.LastEntryID, nil
 			}
-			res, err = lh.readLAC(ctx, md, false)
+			found, err = lh.readLAC(ctx, md, false)
 		}
 	}
 	if err != nil {
 		return -1, err
 	}
 	lh.mu.Lock()
-	lh.lac = max(lh.lac, res.lac)
+	lh.lac = max(lh.lac, found)
 	lac := lh.lac
 	lh.mu.Unlock()
 	return lac, nil
 }
 
-// lacResult is what a LAC read learned.
-type lacResult struct {
-	lac int64
-}
-
 // readLAC sends READ(-1) to every bookie of the last ensemble (fencing ones with fence) and
 // waits until, for every write quorum, fewer than Qa of its bookies are unknown (not answered,
 // or answered with an error): then no write quorum can have acknowledged an entry without one
-// of the known bookies having it. NoSuchEntry and NoSuchLedger count as known.
-func (lh *Ledger) readLAC(ctx context.Context, md *metadata.LedgerMetadata, fence bool) (lacResult, error) {
+// of the known bookies having it. NoSuchEntry and NoSuchLedger count as known. It returns the
+// highest LAC the known bookies reported (-1: none), also with an error.
+func (lh *Ledger) readLAC(ctx context.Context, md *metadata.LedgerMetadata, fence bool) (int64, error) {
 	last, _ := md.LastEnsemble()
 	n := len(last.Bookies)
 	ch := make(chan readResult, n)
@@ -342,7 +338,7 @@ func (lh *Ledger) readLAC(ctx context.Context, md *metadata.LedgerMetadata, fenc
 		lh.c.cfg.dial(b).Read(ctx, lh.id, -1, flags, key, readResponse, &readCtx{ch: ch, replica: i})
 	}
 	known := make([]bool, n)
-	res := lacResult{lac: -1}
+	lac := int64(-1)
 	covered := func() bool {
 		for start := range n {
 			unknown := 0
@@ -372,29 +368,29 @@ func (lh *Ledger) readLAC(ctx context.Context, md *metadata.LedgerMetadata, fenc
 					// bookie answers once the fence is durable): it counts for the fence.
 					known[r.replica] = fence
 					if fence && covered() {
-						return res, nil
+						return lac, nil
 					}
 					continue
 				}
 				known[r.replica] = true
-				res.lac = max(res.lac, e.LastAddConfirmed)
+				lac = max(lac, e.LastAddConfirmed)
 			case r.err == nil && isMissing(r.rc):
 				known[r.replica] = true
 			case r.err == nil && r.rc == protocol.EUA:
-				return res, fmt.Errorf("%w: ledger %d", ErrUnauthorized, lh.id)
+				return lac, fmt.Errorf("%w: ledger %d", ErrUnauthorized, lh.id)
 			default:
 				final, err := replicaErr(ctx, last.Bookies[r.replica], r)
 				if final {
-					return res, err
+					return lac, err
 				}
 				firstErr = cmpErr(firstErr, err)
 			}
 			if covered() {
-				return res, nil
+				return lac, nil
 			}
 		case <-ctx.Done():
-			return res, ctx.Err()
+			return lac, ctx.Err()
 		}
 	}
-	return res, fmt.Errorf("%w: too few bookies of the last ensemble answered: %w", ErrNotEnoughBookies, firstErr)
+	return lac, fmt.Errorf("%w: too few bookies of the last ensemble answered: %w", ErrNotEnoughBookies, firstErr)
 }

@@ -102,7 +102,7 @@ type recoveredTail struct {
 // Without fence, the answers are final only if no writer is still adding (see
 // ReopenLedgerForWrite).
 func (lh *Ledger) recoverTail(ctx context.Context, md *metadata.LedgerMetadata, fence bool) (recoveredTail, error) {
-	res, err := lh.readLAC(ctx, md, fence)
+	found, err := lh.readLAC(ctx, md, fence)
 	if err != nil {
 		what := "read the LAC"
 		if fence {
@@ -111,7 +111,7 @@ func (lh *Ledger) recoverTail(ctx context.Context, md *metadata.LedgerMetadata, 
 		return recoveredTail{}, fmt.Errorf("%w: ledger %d: %s: %w", ErrRecovery, lh.id, what, err)
 	}
 	last, _ := md.LastEnsemble()
-	lac := max(res.lac, last.FirstEntryID-1)
+	lac := max(found, last.FirstEntryID-1)
 	// Entries are read where the writer put them (md); recovery adds go to the ensembles of
 	// written, recovery's own copy, which its ensemble changes update.
 	w := &recoveryWriter{written: md.Clone(), bad: map[string]bool{}}
