@@ -11,8 +11,9 @@ import (
 
 // failNextFilePrep returns an injector that fails, with ENOSPC and once, the op-th operation
 // of kind on the second file the journal creates: the file prepared ahead of the writer at
-// Open, long before any record is written to it.
-func failNextFilePrep(kind diskio.OpKind, op int) diskio.Injector {
+// Open, long before any record is written to it. fired is closed once it has failed one.
+func failNextFilePrep(kind diskio.OpKind, op int) (inject diskio.Injector, fired <-chan struct{}) {
+	failed := make(chan struct{})
 	var mu sync.Mutex
 	var creates, ops int
 	var next string
@@ -33,10 +34,11 @@ func failNextFilePrep(kind diskio.OpKind, op int) diskio.Injector {
 		}
 		if ops++; ops == op {
 			done = true
+			close(failed)
 			return unix.ENOSPC
 		}
 		return nil
-	}
+	}, failed
 }
 
 // TestTransientENOSPCPreparingTheNextFile: a disk briefly full while the next file was prepared
@@ -64,7 +66,7 @@ func TestTransientENOSPCPreparingTheNextFile(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			fs := diskio.NewMem(4096)
-			inject := failNextFilePrep(c.kind, c.op)
+			inject, fired := failNextFilePrep(c.kind, c.op)
 			if c.keepLeftover {
 				failPrep, failRemove := inject, diskio.FailNth(diskio.OpRemove, 0, unix.EIO)
 				inject = func(o diskio.Op) error {
@@ -82,6 +84,9 @@ func TestTransientENOSPCPreparingTheNextFile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The preparation fails before the writer needs the file: otherwise, on a busy
+			// machine, the writer could take the file first and the failure hit a record's write.
+			<-fired
 			var next int64
 			if err := appendUntilRoll(t, j, 3, &next); err != nil {
 				j.Close()
@@ -112,7 +117,8 @@ func TestTransientENOSPCPreparingTheNextFile(t *testing.T) {
 // session's last file; replay treats it as an empty file, and the next session goes on past it.
 func TestLeftoverOfAFailedPreparationReplaysAfterACrash(t *testing.T) {
 	fs := diskio.NewMem(4096)
-	failPrep, failRemove := failNextFilePrep(diskio.OpWrite, 2), diskio.FailNth(diskio.OpRemove, 0, unix.EIO)
+	failPrep, _ := failNextFilePrep(diskio.OpWrite, 2)
+	failRemove := diskio.FailNth(diskio.OpRemove, 0, unix.EIO)
 	leftover := make(chan struct{})
 	var once sync.Once
 	fs.SetInjector(func(o diskio.Op) error {
