@@ -17,7 +17,11 @@ import (
 func BenchmarkAppendPipelined(b *testing.B) {
 	const inFlight = 256
 	c := clustertest.Start(b, 1)
-	cl := newClient(b, c, nil)
+	var conn *transport.Conn
+	cl := newClient(b, c, func(_ string, bc bookieConn) bookieConn {
+		conn = bc.(transportConn).Conn
+		return bc
+	})
 	ctx := context.Background()
 	lh, err := cl.CreateLedger(ctx, CreateOptions{EnsembleSize: 1, WriteQuorum: 1, AckQuorum: 1})
 	if err != nil {
@@ -53,10 +57,15 @@ func BenchmarkAppendPipelined(b *testing.B) {
 		wg.Wait()
 	}
 	run(20 * inFlight) // warm the pools and caches
+	before := conn.Stats()
 	b.SetBytes(int64(len(payload)))
 	b.ReportAllocs()
 	b.ResetTimer()
 	run(b.N)
+	b.StopTimer()
+	if after := conn.Stats(); after.Writes > before.Writes {
+		b.ReportMetric(float64(after.Requests-before.Requests)/float64(after.Writes-before.Writes), "adds/write")
+	}
 }
 
 // loopbackConn answers adds itself, a batch at a time, on the goroutine that calls answer: the
