@@ -118,7 +118,9 @@ type Client struct {
 	closing bool
 }
 
-// New connects to the metadata service and starts watching the bookies.
+// New connects to the metadata service and starts watching the bookies. Configuration it
+// rejects (a bad MetadataURI, Metadata options or Transport config included) fails with
+// ErrBadArgument, wrapping the checking package's error; it connects to nothing then.
 func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -138,24 +140,27 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.MaxPendingAdds <= 0 {
 		cfg.MaxPendingAdds = DefaultMaxPendingAdds
 	}
-	perConn := cfg.Transport.MaxPendingPerConn
-	if perConn <= 0 {
-		perConn = transport.DefaultMaxPendingPerConn
+	tc := cfg.Transport
+	tc.Logger = cfg.Logger
+	tc.EnsureDefaults()
+	if err := tc.Validate(); err != nil { // before connecting: bad config fails fast
+		return nil, fmt.Errorf("%w: %w", ErrBadArgument, err)
 	}
-	if cfg.MaxPendingAdds > perConn {
-		return nil, fmt.Errorf("%w: MaxPendingAdds %d is above the transport's MaxPendingPerConn %d", ErrBadArgument, cfg.MaxPendingAdds, perConn)
+	if cfg.MaxPendingAdds > tc.MaxPendingPerConn {
+		return nil, fmt.Errorf("%w: MaxPendingAdds %d is above the transport's MaxPendingPerConn %d", ErrBadArgument, cfg.MaxPendingAdds, tc.MaxPendingPerConn)
 	}
 	if cfg.Metadata.Logger == nil {
 		cfg.Metadata.Logger = cfg.Logger
 	}
 	md, err := metadata.Open(ctx, cfg.MetadataURI, cfg.Metadata)
+	if errors.Is(err, metadata.ErrBadURI) || errors.Is(err, metadata.ErrInvalidOptions) {
+		return nil, fmt.Errorf("%w: %w", ErrBadArgument, err)
+	}
 	if err != nil {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, md: md}
 	if cfg.dial == nil {
-		tc := cfg.Transport
-		tc.Logger = cfg.Logger
 		if c.pool, err = transport.NewPool(tc); err != nil {
 			md.Close()
 			return nil, err

@@ -833,3 +833,35 @@ func TestCloseWithADoneContextDoesNothing(t *testing.T) {
 		t.Fatalf("append after a Close that did nothing: id %d, %v; want 1", id, err)
 	}
 }
+
+// TestNewWithBadConfigIsBadArgument: configuration New rejects, whichever package checks it,
+// matches ErrBadArgument and still the checking package's own error.
+func TestNewWithBadConfigIsBadArgument(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cfg   func(*Config)
+		inner error
+	}{
+		{"malformed URI", func(c *Config) { c.MetadataURI = "not a uri" }, metadata.ErrBadURI},
+		{"unknown scheme", func(c *Config) { c.MetadataURI = "nosuch://127.0.0.1:1/ledgers" }, metadata.ErrBadURI},
+		{"bad root", func(c *Config) { c.MetadataURI = "etcd://127.0.0.1:1/" }, metadata.ErrBadURI},
+		{"metadata options", func(c *Config) { c.Metadata.IDBatchSize = -1 }, metadata.ErrInvalidOptions},
+		{"transport config", func(c *Config) { c.Transport.AddTimeout = -time.Second }, transport.ErrBadConfig},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig("etcd://127.0.0.1:1/ledgers") // nothing listens: only bad config may fail fast
+			cfg.Metadata.DialTimeout = 100 * time.Millisecond
+			tc.cfg(&cfg)
+			_, err := New(context.Background(), cfg)
+			if !errors.Is(err, ErrBadArgument) || !errors.Is(err, tc.inner) {
+				t.Fatalf("New: %v, want ErrBadArgument and %v", err, tc.inner)
+			}
+		})
+	}
+	// An unreachable metadata service is not bad configuration.
+	cfg := DefaultConfig("etcd://127.0.0.1:1/ledgers")
+	cfg.Metadata.DialTimeout = 100 * time.Millisecond
+	if _, err := New(context.Background(), cfg); err == nil || errors.Is(err, ErrBadArgument) {
+		t.Fatalf("New with an unreachable metadata service: %v, want an error other than ErrBadArgument", err)
+	}
+}
