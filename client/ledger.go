@@ -176,6 +176,13 @@ func (lh *Ledger) LastAddConfirmed() int64 {
 // must not be called from an AppendAsync callback: that goroutine runs the callbacks after it.
 // With ctx done before the call it writes nothing and returns ctx's error; once ctx ends
 // later, it returns ctx's error and the add goes on (it may or may not be written).
+//
+// ctx does not bound a wait for room in a bookie's full send queue (transport's
+// MaxQueuedBytesPerConn, as for AppendAsync): Append then returns once every bookie of the
+// write set has queued the add, or its send failed (at most AddTimeout), and only then
+// heeds ctx. The add has an entry id by then, and a send abandoned for the caller's ctx
+// would have to be resent rather than dropped (the entries after it wait for it) and must
+// not replace the bookie.
 func (lh *Ledger) Append(ctx context.Context, data []byte) (int64, error) {
 	type result struct {
 		id  int64
