@@ -55,13 +55,16 @@ func isMissing(rc protocol.ReturnCode) bool {
 // replicaErr is the error of a read that bookie failed: r.err, or an rc that is neither EOK
 // nor missing. final says the read should stop at once rather than try other replicas: the
 // caller's ctx ended (a send it cut short failed; no bookie did), its error is returned; or
-// this client is closed (no bookie failed, and none can answer any more), ErrClosed.
+// this client is closed (no bookie failed, and none can answer any more), ErrClosed. A read
+// that timed out is ErrBookieUnavailable and ErrTimeout.
 func replicaErr(ctx context.Context, bookie string, r readResult) (final bool, err error) {
 	switch {
 	case ctx.Err() != nil:
 		return true, ctx.Err()
 	case errors.Is(r.err, transport.ErrClosed):
 		return true, fmt.Errorf("%w: %w", ErrClosed, r.err)
+	case errors.Is(r.err, transport.ErrTimeout): // tells a caller a slow bookie from a failed one
+		return false, fmt.Errorf("%w: %w: %s: %v", ErrBookieUnavailable, ErrTimeout, bookie, r.err)
 	case r.err != nil:
 		return false, fmt.Errorf("%w: %s: %v", ErrBookieUnavailable, bookie, r.err)
 	}

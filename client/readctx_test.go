@@ -231,3 +231,16 @@ func TestReadCutShortByItsContextFailsWithTheContextsError(t *testing.T) {
 		}
 	}
 }
+
+// TestReadThatTimesOutIsErrTimeout: a read whose only replica never answers fails, after the
+// transport's ReadTimeout, with ErrTimeout (and ErrBookieUnavailable: the bookie is the cause).
+func TestReadThatTimesOutIsErrTimeout(t *testing.T) {
+	bookie := silentBookie(t)
+	lh, _ := offlineLedger(t, transport.Config{ReadTimeout: 200 * time.Millisecond}, bookie, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := lh.Read(ctx, 0, 0)
+	if !errors.Is(err, ErrTimeout) || !errors.Is(err, ErrBookieUnavailable) {
+		t.Fatalf("Read from a bookie that never answers: %v, want ErrTimeout and ErrBookieUnavailable", err)
+	}
+}
