@@ -52,17 +52,24 @@ func (w *Writer) Truncate(ctx context.Context, d DLSN) error {
 // roll): it deletes, oldest first, the completed segments that are wholly before the
 // truncation point or completed more than RetentionPeriod ago, and their ledgers. Deleting an
 // expired segment moves the truncation point past it. It returns how many segments it
-// deleted.
+// deleted; on a closed or failed writer, nothing, with the error a write would get.
 func (w *Writer) Purge(ctx context.Context) (int, error) {
 	w.purgeMu.Lock()
 	defer w.purgeMu.Unlock()
+	w.mu.Lock()
+	err, closing, active := w.err, w.closing, w.seg.meta.SeqNo
+	w.mu.Unlock()
+	// As for a write: a closed writer's commits would fail on the lock it released.
+	if err == nil && closing {
+		err = ErrWriterClosed
+	}
+	if err != nil {
+		return 0, err
+	}
 	segs, err := w.log.Segments(ctx)
 	if err != nil {
 		return 0, err
 	}
-	w.mu.Lock()
-	active := w.seg.meta.SeqNo
-	w.mu.Unlock()
 	cutoff := time.Now().Add(-w.cfg.RetentionPeriod)
 	deleted := 0
 	for _, s := range segs {
@@ -111,7 +118,7 @@ func (w *Writer) startRetention() {
 		defer w.retaining.Store(false)
 		ctx, cancel := context.WithTimeout(w.ctx, metadataTimeout)
 		defer cancel()
-		if n, err := w.Purge(ctx); err != nil {
+		if n, err := w.Purge(ctx); err != nil && !errors.Is(err, ErrWriterClosed) {
 			w.logger.Warn("dlog: retention pass failed", "log", w.log.name, "err", err)
 		} else if n > 0 {
 			w.logger.Info("dlog: retention deleted segments", "log", w.log.name, "segments", n)

@@ -154,3 +154,39 @@ func TestTruncateAndRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPurgeOnClosedWriter: Purge on a closed writer fails with ErrWriterClosed, as the
+// writer's other methods do, whether or not there is a segment to delete. It used to return
+// ErrLockLost (committing under the released lock) or nothing.
+func TestPurgeOnClosedWriter(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	cfg := testConfig()
+	cfg.RetentionPeriod = 1500 * time.Millisecond
+	ns := newNamespace(t, newClient(t, c), cfg)
+	ctx := ctxFor(t, 30*time.Second)
+	l, w := createWriting(t, ctx, ns, "purge-closed")
+	for tx := int64(1); tx <= 2; tx++ {
+		if tx == 2 {
+			var err error
+			if w, err = l.OpenWriter(ctx); err != nil { // segment 1 is not expired yet
+				t.Fatal(err)
+			}
+		}
+		if _, err := w.Write(ctx, Record{TxID: tx, Payload: payloadFor(tx, 10)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := w.Purge(ctx); n != 0 || !errors.Is(err, ErrWriterClosed) {
+			t.Fatalf("Purge on closed writer %d: %d deleted, %v; want ErrWriterClosed", tx, n, err)
+		}
+	}
+	time.Sleep(cfg.RetentionPeriod) // segment 1 expires
+	if n, err := w.Purge(ctx); n != 0 || !errors.Is(err, ErrWriterClosed) {
+		t.Fatalf("Purge on a closed writer with an expired segment: %d deleted, %v; want ErrWriterClosed", n, err)
+	}
+	if segs, err := l.Segments(ctx); err != nil || len(segs) != 2 {
+		t.Fatalf("segments %+v, %v; want both", segs, err)
+	}
+}
