@@ -125,8 +125,8 @@ func (ns *Namespace) ListLogs(ctx context.Context) ([]string, error) {
 }
 
 // DeleteLog deletes a log: its segments' ledgers and all its metadata. It takes the log's
-// ownership lock first, so it waits (until ctx is done) while a writer has the log open.
-// Readers of the log fail afterwards.
+// ownership lock first, so it waits (until ctx is done) while a writer has the log open, and
+// fences the segments a previous writer left in progress. Readers of the log fail afterwards.
 func (ns *Namespace) DeleteLog(ctx context.Context, name string) error {
 	l, err := ns.OpenLog(ctx, name)
 	if err != nil {
@@ -144,6 +144,18 @@ func (ns *Namespace) DeleteLog(ctx context.Context, name string) error {
 	segs, err := l.Segments(ctx)
 	if err != nil {
 		return err
+	}
+	// Fence the segments left in progress, as a new writer would: a writer that lost its
+	// lock without noticing gets no more acknowledgements (the ledger's deletion alone does
+	// not stop its bookies from taking adds).
+	for _, s := range segs {
+		if s.State != InProgress {
+			continue
+		}
+		_, err := ns.cl.OpenLedger(ctx, s.LedgerID, ns.cfg.Password, true)
+		if err != nil && !errors.Is(err, client.ErrNoSuchLedger) {
+			return fmt.Errorf("dlog: delete log %s: fence segment %d (ledger %d): %w", name, s.SeqNo, s.LedgerID, err)
+		}
 	}
 	// Segment keys first, a batch at a time (a commit has at most MaxKVOps ops), each batch
 	// followed by its ledgers; the log key last, so a half-done delete can be run again.
