@@ -147,6 +147,11 @@
 // an expired segment moves the truncation point past it. The segment being written is never
 // deleted.
 //
+// [Namespace.DeleteLog] takes the writer lock, fences the segments left in progress (so a
+// writer that lost its lock unnoticed gets [ErrFenced], never an acknowledgement), truncates
+// the whole log, then deletes its segments, their ledgers and the log's value. A reader of the
+// log then fails with [ErrNoSuchLog] ([ErrTruncated] while the delete runs).
+//
 // # Rolling
 //
 // The writer completes the current segment and starts the next, between two batches and with

@@ -22,6 +22,8 @@ type Namespace struct {
 	// ignoreLockLoss (tests) makes writers carry on after losing their lock, so that only
 	// ledger fencing stops them.
 	ignoreLockLoss bool
+	// afterDeleteBatch (tests) runs in DeleteLog after each batch of segments is deleted.
+	afterDeleteBatch func()
 }
 
 // OpenNamespace connects a new client to the metadata service at uri (e.g.
@@ -126,7 +128,8 @@ func (ns *Namespace) ListLogs(ctx context.Context) ([]string, error) {
 
 // DeleteLog deletes a log: its segments' ledgers and all its metadata. It takes the log's
 // ownership lock first, so it waits (until ctx is done) while a writer has the log open, and
-// fences the segments a previous writer left in progress. Readers of the log fail afterwards.
+// fences the segments a previous writer left in progress. Readers of the log fail afterwards
+// with ErrNoSuchLog (ErrTruncated while the delete runs).
 func (ns *Namespace) DeleteLog(ctx context.Context, name string) error {
 	l, err := ns.OpenLog(ctx, name)
 	if err != nil {
@@ -137,7 +140,7 @@ func (ns *Namespace) DeleteLog(ctx context.Context, name string) error {
 		return fmt.Errorf("dlog: delete log %s: take the writer lock: %w", name, err)
 	}
 	defer lock.Unlock(context.WithoutCancel(ctx))
-	_, version, err := l.readMeta(ctx)
+	meta, version, err := l.readMeta(ctx)
 	if err != nil {
 		return err
 	}
@@ -157,6 +160,14 @@ func (ns *Namespace) DeleteLog(ctx context.Context, name string) error {
 			return fmt.Errorf("dlog: delete log %s: fence segment %d (ledger %d): %w", name, s.SeqNo, s.LedgerID, err)
 		}
 	}
+	// Truncate the whole log first, so that a reader finding a segment gone while the delete
+	// runs (or after it stopped half-way) sees it truncated, not a gap (ErrCorrupt).
+	if end := (DLSN{SegmentSeqNo: meta.lastSeqNo + 1}); meta.truncation.Less(end) {
+		meta.truncation = end
+		if version, err = ns.kv.Commit(ctx, lock, metadata.Put(logKey(name), encodeLog(meta), version)); err != nil {
+			return fmt.Errorf("dlog: delete log %s: %w", name, err)
+		}
+	}
 	// Segment keys first, a batch at a time (a commit has at most MaxKVOps ops), each batch
 	// followed by its ledgers; the log key last, so a half-done delete can be run again.
 	for len(segs) > 0 {
@@ -172,6 +183,9 @@ func (ns *Namespace) DeleteLog(ctx context.Context, name string) error {
 			ns.deleteLedger(ctx, name, s)
 		}
 		segs = segs[n:]
+		if ns.afterDeleteBatch != nil {
+			ns.afterDeleteBatch()
+		}
 	}
 	if _, err := ns.kv.Commit(ctx, lock, metadata.Delete(logKey(name), version)); err != nil {
 		return fmt.Errorf("dlog: delete log %s: %w", name, err)

@@ -235,7 +235,7 @@ func (r *Reader) fill(ctx context.Context) error {
 		case r.ctx.Err() != nil:
 			return ErrReaderClosed
 		case !retryable(err) || retries >= maxReadRetries:
-			return err
+			return r.goneErr(ctx, err)
 		}
 		// A bookie may be down or the ledger's ensemble may have changed: retry with fresh
 		// ledger metadata.
@@ -344,7 +344,8 @@ func (r *Reader) findSegment(ctx context.Context) (Segment, bool, error) {
 				return s, true, nil
 			}
 		}
-		return Segment{}, false, nil
+		// None yet, or the log was deleted: waiting would then never end.
+		return Segment{}, false, r.checkLog(ctx)
 	}
 	s, ok, err := r.log.segment(ctx, r.pos.SegmentSeqNo)
 	if err != nil || ok {
@@ -403,6 +404,19 @@ func (r *Reader) checkLog(ctx context.Context) error {
 		return err
 	}
 	return r.sameLog(meta)
+}
+
+// goneErr returns ErrNoSuchLog instead of err when the log was deleted (or deleted and
+// created again): then data missing under the reader is the delete's doing, not truncation
+// or corruption.
+func (r *Reader) goneErr(ctx context.Context, err error) error {
+	if !errors.Is(err, ErrTruncated) && !errors.Is(err, ErrCorrupt) {
+		return err
+	}
+	if lerr := r.checkLog(ctx); errors.Is(lerr, ErrNoSuchLog) {
+		return fmt.Errorf("%w (%v)", lerr, err) // no longer ErrCorrupt or ErrTruncated
+	}
+	return err
 }
 
 func (r *Reader) sameLog(meta logMeta) error {
