@@ -56,7 +56,9 @@ func (o *output) progress() io.Writer {
 }
 
 // run is the body of a workload's command: progress goes to the right stream, the disk's limit
-// is measured in dir first (--physlimit), then the workload runs and its result is printed.
+// is measured in dir first (--physlimit), then the workload runs and its result is printed. A
+// run whose operations failed still prints its result, then fails (errFailedOps): a script must
+// not take its figures for a clean run's.
 func (o *output) run(ctx context.Context, dir string, progress *io.Writer, workload func(context.Context) (*bench.Result, error)) (*bench.Result, error) {
 	*progress = o.progress()
 	phys, err := o.measure(ctx, dir)
@@ -67,7 +69,32 @@ func (o *output) run(ctx context.Context, dir string, progress *io.Writer, workl
 	if err != nil {
 		return nil, err
 	}
-	return res, o.result(res, phys)
+	failed := failedOps(res)
+	if err := o.result(res, phys); err != nil {
+		return res, err
+	}
+	if failed > 0 {
+		return res, errFailedOps{res.Workload, failed}
+	}
+	return res, nil
+}
+
+// failedOps counts the failed operations of res (nil: none), its reads and its baseline.
+func failedOps(res *bench.Result) int64 {
+	if res == nil {
+		return 0
+	}
+	return res.Errors + failedOps(res.Reads) + failedOps(res.Baseline)
+}
+
+// errFailedOps is the error of a run whose result counts failed operations.
+type errFailedOps struct {
+	workload string
+	n        int64
+}
+
+func (e errFailedOps) Error() string {
+	return fmt.Sprintf("bench %s: %d operations failed (the result counts them as errors)", e.workload, e.n)
 }
 
 // measure runs the disk-limit measurement on dir (--physlimit-dir if given; "": the disk is
@@ -233,22 +260,7 @@ compaction rate (MB/s copied and read) and the space reclaimed.`,
 			if err != nil {
 				return err
 			}
-			if reads == nil {
-				return out.result(adds, phys)
-			}
-			if !out.json {
-				if err := out.result(adds, phys); err != nil {
-					return err
-				}
-				return out.result(reads, readPhys)
-			}
-			// One JSON object: the adds, with the reads as a nested result.
-			if readPhys != nil {
-				reads.PhysLimit = readPhys
-				reads.Ratios = bench.PhysRatios(reads)
-			}
-			adds.Reads = reads
-			return out.result(adds, phys)
+			return out.storageResult(adds, reads, phys, readPhys)
 		},
 	}
 	f := cmd.Flags()
@@ -282,6 +294,37 @@ compaction rate (MB/s copied and read) and the space reclaimed.`,
 	f.Float64Var(&o.DeleteFraction, "delete-fraction", o.DeleteFraction, "with --compaction: fraction of the full ledgers deleted")
 	out.register(f)
 	return cmd
+}
+
+// storageResult prints bench storage's adds and its reads (nil: none), each with the disk
+// limit measured for it.
+func (o *output) storageResult(adds, reads *bench.Result, phys, readPhys map[string]bench.PhysLimitJob) error {
+	if err := o.printStorage(adds, reads, phys, readPhys); err != nil {
+		return err
+	}
+	if n := failedOps(adds) + failedOps(reads); n > 0 {
+		return errFailedOps{adds.Workload, n}
+	}
+	return nil
+}
+
+func (o *output) printStorage(adds, reads *bench.Result, phys, readPhys map[string]bench.PhysLimitJob) error {
+	if reads == nil {
+		return o.result(adds, phys)
+	}
+	if !o.json {
+		if err := o.result(adds, phys); err != nil {
+			return err
+		}
+		return o.result(reads, readPhys)
+	}
+	// One JSON object: the adds, with the reads as a nested result.
+	if readPhys != nil {
+		reads.PhysLimit = readPhys
+		reads.Ratios = bench.PhysRatios(reads)
+	}
+	adds.Reads = reads
+	return o.result(adds, phys)
 }
 
 // sameDevice reports whether two directories (created if missing) are on one file system.

@@ -177,7 +177,8 @@ error and the command fails.`,
 			res, err := out.run(cmd.Context(), physlimitDir(o.Standalone, o.DataDir), &o.Progress, func(ctx context.Context) (*bench.Result, error) {
 				return bench.RunStress(ctx, o)
 			})
-			if err == nil && res.Errors > 0 {
+			// Its errors are ledgers, not operations: its own message.
+			if errors.As(err, new(errFailedOps)) {
 				err = errStressLoss(res.Errors)
 			}
 			return err
