@@ -20,13 +20,56 @@ import (
 // metadataFlag is the shared --metadata flag of the shell commands, with the client's TLS
 // flags.
 type metadataFlag struct {
-	uri string
-	tls clientTLSFlags
+	uri     string
+	tls     clientTLSFlags
+	timeout time.Duration
 }
 
 func (m *metadataFlag) register(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVar(&m.uri, "metadata", "etcd://127.0.0.1:2379/ledgers", "metadata service URI")
+	cmd.PersistentFlags().DurationVar(&m.timeout, "timeout", 30*time.Second,
+		"longest wait for an answer (of the metadata service or the bookies) before the command fails (0: no limit)")
 	m.tls.register(cmd.PersistentFlags())
+}
+
+// bounded runs fn with a context that ends once --timeout passes without progress (fn calls
+// wd.alive on each step: an entry read or appended, a ledger listed). A metadata service that
+// accepts the connection and then never answers must not hang the command; a long listing or
+// read that keeps progressing must not fail.
+func (m *metadataFlag) bounded(ctx context.Context, fn func(ctx context.Context, wd *watchdog) error) error {
+	if m.timeout <= 0 {
+		return fn(ctx, &watchdog{})
+	}
+	expired := fmt.Errorf("no answer within --timeout %v (is the metadata service at %s hung?)", m.timeout, m.uri)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	wd := &watchdog{time.AfterFunc(m.timeout, func() { cancel(expired) }), m.timeout}
+	defer wd.pause()
+	err := fn(ctx, wd)
+	if err != nil && context.Cause(ctx) == expired {
+		return fmt.Errorf("%w: %w", expired, err)
+	}
+	return err
+}
+
+// watchdog is bounded's timer (t nil: no --timeout).
+type watchdog struct {
+	t *time.Timer
+	d time.Duration
+}
+
+// alive restarts the wait: the command progressed.
+func (w *watchdog) alive() {
+	if w.t != nil {
+		w.t.Reset(w.d)
+	}
+}
+
+// pause stops the wait while the command waits on something else (stdin); alive resumes it.
+func (w *watchdog) pause() {
+	if w.t != nil {
+		w.t.Stop()
+	}
 }
 
 func (m *metadataFlag) client(ctx context.Context) (*client.Client, error) {
@@ -40,18 +83,29 @@ func (m *metadataFlag) client(ctx context.Context) (*client.Client, error) {
 	return client.New(ctx, cfg)
 }
 
-// withLedger parses the ledger id in arg, connects a client and runs fn with both.
-func (m *metadataFlag) withLedger(ctx context.Context, arg string, fn func(cl *client.Client, id int64) error) error {
+// withClient connects a client and runs fn with it, bounded by --timeout (see bounded).
+func (m *metadataFlag) withClient(ctx context.Context, fn func(ctx context.Context, wd *watchdog, cl *client.Client) error) error {
+	return m.bounded(ctx, func(ctx context.Context, wd *watchdog) error {
+		cl, err := m.client(ctx)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		wd.alive()
+		return fn(ctx, wd, cl)
+	})
+}
+
+// withLedger parses the ledger id in arg, connects a client and runs fn with both, bounded
+// by --timeout.
+func (m *metadataFlag) withLedger(ctx context.Context, arg string, fn func(ctx context.Context, wd *watchdog, cl *client.Client, id int64) error) error {
 	id, err := strconv.ParseInt(arg, 10, 64)
 	if err != nil {
 		return fmt.Errorf("ledger id %q: %w", arg, err)
 	}
-	cl, err := m.client(ctx)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	return fn(cl, id)
+	return m.withClient(ctx, func(ctx context.Context, wd *watchdog, cl *client.Client) error {
+		return fn(ctx, wd, cl, id)
+	})
 }
 
 // shellLedgerCommand is `ringkeeper shell ledger create|append|read|list|close|delete|metadata`.
@@ -68,17 +122,14 @@ func shellLedgerCommand() *cobra.Command {
 		Short: "Create a ledger and print its id",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := md.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			lh, err := cl.CreateLedger(cmd.Context(), client.CreateOptions{EnsembleSize: e, WriteQuorum: qw, AckQuorum: qa, Password: []byte(password)})
-			if err != nil {
-				return err
-			}
-			fmt.Println(lh.ID())
-			return nil
+			return md.withClient(cmd.Context(), func(ctx context.Context, _ *watchdog, cl *client.Client) error {
+				lh, err := cl.CreateLedger(ctx, client.CreateOptions{EnsembleSize: e, WriteQuorum: qw, AckQuorum: qa, Password: []byte(password)})
+				if err != nil {
+					return err
+				}
+				fmt.Println(lh.ID())
+				return nil
+			})
 		},
 	}
 	create.Flags().IntVar(&e, "ensemble", 3, "ensemble size")
@@ -99,26 +150,29 @@ ledger another writer is still writing: both would have entries acknowledged und
 and one writer's would be lost. To end such a ledger, use "ledger read --recover".`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return md.withLedger(cmd.Context(), args[0], func(cl *client.Client, id int64) error {
-				lh, err := cl.ReopenLedgerForWrite(cmd.Context(), id, []byte(password))
+			return md.withLedger(cmd.Context(), args[0], func(ctx context.Context, wd *watchdog, cl *client.Client, id int64) error {
+				lh, err := cl.ReopenLedgerForWrite(ctx, id, []byte(password))
 				if err != nil {
 					return err
 				}
 				entries := args[1:]
 				if len(entries) == 0 {
+					wd.pause() // stdin may come slowly: no answer is awaited meanwhile
 					if entries, err = readLines(cmd.InOrStdin(), lh.MaxEntrySize()); err != nil {
 						return fmt.Errorf("stdin: %w; nothing appended", err)
 					}
 				}
 				for _, data := range entries {
-					eid, err := lh.Append(cmd.Context(), []byte(data))
+					wd.alive()
+					eid, err := lh.Append(ctx, []byte(data))
 					if err != nil {
 						return err
 					}
 					fmt.Printf("ledger %d entry %d\n", id, eid)
 				}
 				if closeAfter {
-					return lh.Close(cmd.Context())
+					wd.alive()
+					return lh.Close(ctx)
 				}
 				return nil
 			})
@@ -133,14 +187,15 @@ and one writer's would be lost. To end such a ledger, use "ledger read --recover
 		Short: "Print entries of a ledger (closed, or up to its last add confirmed)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return md.withLedger(cmd.Context(), args[0], func(cl *client.Client, id int64) error {
-				lh, err := cl.OpenLedger(cmd.Context(), id, []byte(password), recover)
+			return md.withLedger(cmd.Context(), args[0], func(ctx context.Context, wd *watchdog, cl *client.Client, id int64) error {
+				lh, err := cl.OpenLedger(ctx, id, []byte(password), recover)
 				if err != nil {
 					return err
 				}
 				end := last
 				if end < 0 {
-					if end, err = lh.ReadLastAddConfirmed(cmd.Context()); err != nil {
+					wd.alive()
+					if end, err = lh.ReadLastAddConfirmed(ctx); err != nil {
 						return err
 					}
 				}
@@ -148,10 +203,12 @@ and one writer's would be lost. To end such a ledger, use "ledger read --recover
 					fmt.Fprintf(os.Stderr, "ledger %d has no entries from %d (last confirmed %d)\n", id, first, end)
 					return nil
 				}
-				for e, err := range lh.Entries(cmd.Context(), first, end) {
+				wd.alive()
+				for e, err := range lh.Entries(ctx, first, end) {
 					if err != nil {
 						return err
 					}
+					wd.alive()
 					fmt.Printf("%d\t%s\n", e.EntryID, printable(e.Payload))
 				}
 				return nil
@@ -167,12 +224,9 @@ and one writer's would be lost. To end such a ledger, use "ledger read --recover
 		Short: "List ledgers with their state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := md.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			return listLedgers(cmd.Context(), cl, cmd.OutOrStdout())
+			return md.withClient(cmd.Context(), func(ctx context.Context, wd *watchdog, cl *client.Client) error {
+				return listLedgers(ctx, wd, cl, cmd.OutOrStdout())
+			})
 		},
 	}
 
@@ -181,8 +235,8 @@ and one writer's would be lost. To end such a ledger, use "ledger read --recover
 		Short: "Recover and close a ledger",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return md.withLedger(cmd.Context(), args[0], func(cl *client.Client, id int64) error {
-				lh, err := cl.OpenLedger(cmd.Context(), id, []byte(password), true)
+			return md.withLedger(cmd.Context(), args[0], func(ctx context.Context, _ *watchdog, cl *client.Client, id int64) error {
+				lh, err := cl.OpenLedger(ctx, id, []byte(password), true)
 				if err != nil {
 					return err
 				}
@@ -196,8 +250,8 @@ and one writer's would be lost. To end such a ledger, use "ledger read --recover
 		Short: "Delete a ledger (bookies reclaim the space at their next garbage collection)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return md.withLedger(cmd.Context(), args[0], func(cl *client.Client, id int64) error {
-				return cl.DeleteLedger(cmd.Context(), id)
+			return md.withLedger(cmd.Context(), args[0], func(ctx context.Context, _ *watchdog, cl *client.Client, id int64) error {
+				return cl.DeleteLedger(ctx, id)
 			})
 		},
 	}
@@ -224,10 +278,11 @@ func readLines(r io.Reader, max int) ([]string, error) {
 	return lines, sc.Err()
 }
 
-func listLedgers(ctx context.Context, cl *client.Client, w io.Writer) error {
+func listLedgers(ctx context.Context, wd *watchdog, cl *client.Client, w io.Writer) error {
 	fmt.Fprintf(w, "%-12s %-12s %-10s %-8s %s\n", "LEDGER", "STATE", "LAST", "E/Qw/Qa", "ENSEMBLE")
 	var ferr error
 	err := cl.ListLedgers(ctx, func(id int64) bool {
+		wd.alive()
 		m, err := cl.LedgerMetadata(ctx, id)
 		if err != nil {
 			ferr = err
@@ -264,22 +319,22 @@ func shellBookiesCommand() *cobra.Command {
 		Short: "List registered bookies (writable and read-only)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), 15*time.Second)
-			defer cancel()
-			d, err := metadata.Open(ctx, md.uri, metadata.Options{})
-			if err != nil {
-				return err
-			}
-			defer d.Close()
-			bs, err := d.Bookies().List(ctx, metadata.ListAll)
-			if err != nil {
-				return err
-			}
-			fmt.Printf("%-22s %-10s %s\n", "BOOKIE", "STATE", "FREE DISK")
-			for _, b := range bs {
-				fmt.Printf("%-22s %-10s %.1f GiB\n", b.ID, b.State, float64(b.FreeDiskBytes)/(1<<30))
-			}
-			return nil
+			return md.bounded(cmd.Context(), func(ctx context.Context, _ *watchdog) error {
+				d, err := metadata.Open(ctx, md.uri, metadata.Options{})
+				if err != nil {
+					return err
+				}
+				defer d.Close()
+				bs, err := d.Bookies().List(ctx, metadata.ListAll)
+				if err != nil {
+					return err
+				}
+				fmt.Printf("%-22s %-10s %s\n", "BOOKIE", "STATE", "FREE DISK")
+				for _, b := range bs {
+					fmt.Printf("%-22s %-10s %.1f GiB\n", b.ID, b.State, float64(b.FreeDiskBytes)/(1<<30))
+				}
+				return nil
+			})
 		},
 	}
 	cmd.AddCommand(list)
