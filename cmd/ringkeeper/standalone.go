@@ -57,6 +57,9 @@ bookie addresses, and serves until Ctrl-C. Restarting it on the same data dir ke
 			if err != nil {
 				return fmt.Errorf("--data-dir: %w", err)
 			}
+			if err := checkBookieDirs(dataDir, bookies); err != nil {
+				return err
+			}
 			// Never 0 (a random port): the bookie id names the port, so bookies on other ports
 			// next time would not match their own directories' cookies.
 			if basePort < 1 || basePort > 65535-(bookies-1) {
@@ -138,6 +141,33 @@ bookie addresses, and serves until Ctrl-C. Restarting it on the same data dir ke
 	f.Int64Var(&writeCacheMB, "write-cache-mb", 256, "dbStorage_writeCacheMaxSizeMb per bookie")
 	f.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	return cmd
+}
+
+// checkBookieDirs refuses a data dir that holds bookie dirs (bookie-<i>, cluster's layout)
+// beyond the first n: a restart with fewer --bookies would leave their entries, possibly the
+// only copies, unserved without a word.
+func checkBookieDirs(dataDir string, n int) error {
+	dirs, err := os.ReadDir(dataDir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	var left []string
+	most := n
+	for _, d := range dirs {
+		i, err := strconv.Atoi(strings.TrimPrefix(d.Name(), "bookie-"))
+		if d.IsDir() && strings.HasPrefix(d.Name(), "bookie-") && err == nil && i >= n {
+			left = append(left, filepath.Join(dataDir, d.Name()))
+			most = max(most, i+1)
+		}
+	}
+	if len(left) == 0 {
+		return nil
+	}
+	return fmt.Errorf("--bookies %d: %s holds the data of %d bookies; %s would be left out, and their entries may be "+
+		"the only copies: start with --bookies %d (or more), or move those dirs away", n, dataDir, most, strings.Join(left, ", "), most)
 }
 
 // portFree reports an error if nothing can listen on 127.0.0.1:port.

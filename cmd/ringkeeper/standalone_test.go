@@ -353,3 +353,30 @@ func TestStandaloneRefusesOverlappingPorts(t *testing.T) {
 		}
 	}
 }
+
+// TestStandaloneRefusesFewerBookiesThanItsDataDirHolds: restarted on a data dir with fewer
+// --bookies than it holds bookie dirs, standalone refuses, naming the dirs it would leave
+// out (their entries may be the only copies), and starts nothing.
+func TestStandaloneRefusesFewerBookiesThanItsDataDirHolds(t *testing.T) {
+	dataDir := filepath.Join(t.TempDir(), "data")
+	for _, b := range []string{"bookie-0", "bookie-1", "bookie-2", "bookie-3"} {
+		if err := os.MkdirAll(filepath.Join(dataDir, b, "journal"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := standaloneCommand()
+	cmd.SetArgs([]string{"--data-dir", dataDir, "--bookies", "2", "--port", strconv.Itoa(freePorts(t, 2)),
+		"--metadata-port", strconv.Itoa(freePorts(t, 1)), "--http-port", "0"})
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&bytes.Buffer{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // if it serves, it stops
+	defer cancel()
+	err := cmd.ExecuteContext(ctx)
+	if err == nil || !strings.Contains(err.Error(), "bookie-2") || !strings.Contains(err.Error(), "bookie-3") ||
+		!strings.Contains(err.Error(), "--bookies") {
+		t.Fatalf("standalone --bookies 2 on a data dir of 4 bookies: %v, want a refusal naming bookie-2, bookie-3 and --bookies", err)
+	}
+	if _, serr := os.Stat(filepath.Join(dataDir, "metadata")); !os.IsNotExist(serr) {
+		t.Errorf("refused (%v), but it started etcd in %s", err, dataDir)
+	}
+}
