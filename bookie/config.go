@@ -163,6 +163,11 @@ func (c *Config) Validate() error {
 // limit, which is at most 1 GiB.
 const maxFrameSize = 1 << 30
 
+// maxReadWorkers bounds numReadWorkerThreads: each worker is a goroutine serving one read at a
+// time, and an NVMe drive is saturated by a few hundred reads in flight (BookKeeper's default
+// is 8), so more only costs memory; a typo (a million) would start a million goroutines.
+const maxReadWorkers = 1024
+
 // validateServer checks the network server's settings, named by their keys, before anything
 // is opened or written (the server checks them again when it starts). 0 keeps a setting's
 // default, as in server.Config.
@@ -183,6 +188,10 @@ func (c *Config) validateServer() error {
 		if k.v < 0 {
 			return fmt.Errorf("%w: %s %d is negative", ErrBadConfig, k.key, k.v)
 		}
+	}
+	if sc.NumReadWorkerThreads > maxReadWorkers {
+		return fmt.Errorf("%w: numReadWorkerThreads %d is more than %d (more read workers than a disk can keep busy)",
+			ErrBadConfig, sc.NumReadWorkerThreads, maxReadWorkers)
 	}
 	if n := sc.MaxFrameSize; n != 0 && (n < server.MinMaxFrameSize || n > maxFrameSize) {
 		return fmt.Errorf("%w: nettyMaxFrameSizeBytes %d is not in [%d, %d] (an add must fit, and the journal's records are at most 1 GiB)",

@@ -340,6 +340,8 @@ func TestServerKeysCheckedByValidate(t *testing.T) {
 	for _, kv := range [][2]string{
 		{"serverNumIOThreads", "-1"},
 		{"numReadWorkerThreads", "-1"},
+		{"numReadWorkerThreads", "1025"},
+		{"numReadWorkerThreads", "1000000000"},
 		{"maxPendingAddRequestsPerThread", "-1"},
 		{"maxPendingReadRequestsPerThread", "-1"},
 		{"maxAddsInProgressLimit", "-1"},
@@ -367,5 +369,11 @@ func TestServerKeysCheckedByValidate(t *testing.T) {
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("zeros: %v", err)
+	}
+	if _, err := c.Apply(map[string]string{"numReadWorkerThreads": "1024"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("numReadWorkerThreads=1024: %v", err)
 	}
 }
