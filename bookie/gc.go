@@ -34,17 +34,34 @@ func (c ledgerChecker) LedgerExists(ctx context.Context, id int64) (bool, error)
 	return false, err
 }
 
-// ListLedgers implements engine.LedgerLister: every ledger id, page by page.
+// ListLedgers implements engine.LedgerLister: every ledger id, page by page. A foreign key that
+// names an id (another width) lists that id, so its ledger is kept: its metadata may be there. A
+// key that names no id fails the listing, so that no ledger is deleted while it exists: it may
+// be a ledger's metadata in another layout (a restore, another tool), and no point read finds it.
 func (c ledgerChecker) ListLedgers(ctx context.Context, fn func(int64)) error {
 	for start := int64(0); ; {
 		ids, more, err := c.ledgers.List(ctx, start, listPage)
+		var foreign *metadata.ForeignLedgerKeysError
+		if errors.As(err, &foreign) && len(foreign.Unnamed) == 0 {
+			for _, id := range foreign.IDs {
+				fn(id)
+			}
+			err = nil
+		}
+		if foreign != nil && err != nil {
+			return fmt.Errorf("%w (no ledger is deleted until the keys are removed or repaired)", err)
+		}
 		if err != nil {
 			return err
 		}
 		for _, id := range ids {
 			fn(id)
 		}
-		if !more || len(ids) == 0 {
+		if more && len(ids) == 0 {
+			// A page of foreign keys only: the listing cannot go past it.
+			return fmt.Errorf("%w: a page of %d foreign keys under the ledgers prefix from ledger %d", metadata.ErrCorruptMetadata, listPage, start)
+		}
+		if !more {
 			return nil
 		}
 		start = ids[len(ids)-1] + 1

@@ -281,3 +281,47 @@ func TestGCWithAnIncompleteListingDeletesNoLiveLedger(t *testing.T) {
 		})
 	}
 }
+
+// foreignKeysStore answers List as the etcd driver does when keys under the ledgers prefix
+// are not ledger keys.
+type foreignKeysStore struct {
+	metadata.LedgerStore
+	foreign metadata.ForeignLedgerKeysError
+}
+
+func (s foreignKeysStore) List(ctx context.Context, start int64, limit int) ([]int64, bool, error) {
+	ids, more, err := s.LedgerStore.List(ctx, start, limit)
+	if err != nil {
+		return nil, false, err
+	}
+	f := s.foreign
+	return ids, more, &f
+}
+
+// TestGCListingWithForeignLedgerKeys: a key that names a ledger id in another width keeps that
+// ledger and lets the others be collected; a key that names no id skips deletion.
+func TestGCListingWithForeignLedgerKeys(t *testing.T) {
+	uri := metadatatest.URI(t)
+	md := metadatatest.Open(t, uri)
+	ctx := context.Background()
+	var ids []int64
+	for range 2 {
+		id, _, err := metadata.CreateLedger(ctx, md, metadatatest.Ledger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	listed := map[int64]bool{}
+	c := ledgerChecker{foreignKeysStore{md.Ledgers(), metadata.ForeignLedgerKeysError{IDs: []int64{77}}}}
+	if err := c.ListLedgers(ctx, func(id int64) { listed[id] = true }); err != nil {
+		t.Fatalf("list with a foreign key naming ledger 77: %v", err)
+	}
+	if !listed[ids[0]] || !listed[ids[1]] || !listed[77] || len(listed) != 3 {
+		t.Fatalf("listed %v, want %v and 77", listed, ids)
+	}
+	c = ledgerChecker{foreignKeysStore{md.Ledgers(), metadata.ForeignLedgerKeysError{Unnamed: []string{"/x/ledgers/L0042"}}}}
+	if err := c.ListLedgers(ctx, func(int64) {}); !errors.Is(err, metadata.ErrCorruptMetadata) || !strings.Contains(err.Error(), "L0042") {
+		t.Fatalf("list with a key naming no id: %v, want an error naming it", err)
+	}
+}

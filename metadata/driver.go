@@ -67,7 +67,9 @@ type LedgerStore interface {
 	Delete(ctx context.Context, id int64, expected Version) error
 	// List returns up to limit ledger ids >= start in increasing order, and
 	// whether more ids follow (the next page starts at the last id + 1). It
-	// reads keys only, so it is cheap for millions of ledgers.
+	// reads keys only, so it is cheap for millions of ledgers. Keys under the
+	// ledgers prefix that are not ledger keys fail it with a
+	// *ForeignLedgerKeysError, returned with the page's ids and more.
 	List(ctx context.Context, start int64, limit int) (ids []int64, more bool, err error)
 	// Scan is List with each ledger's metadata and version. A ledger whose
 	// bytes do not decode fails the call with ErrCorruptMetadata, naming it.

@@ -74,3 +74,21 @@ func (e *BadVersionError) Error() string {
 
 // Is makes errors.Is(err, ErrBadVersion) true.
 func (e *BadVersionError) Is(target error) bool { return target == ErrBadVersion }
+
+// ForeignLedgerKeysError is returned by LedgerStore.List, together with the page's ledger ids
+// and more, when keys under the ledgers prefix are not ledger keys (written by hand or by
+// another tool). IDs are the ids such keys name as a decimal number of another width ("42"),
+// which may hold a ledger's metadata; Unnamed are the keys that name no id. It matches
+// ErrCorruptMetadata, so a caller that checks err first fails as before.
+type ForeignLedgerKeysError struct {
+	IDs     []int64
+	Unnamed []string
+}
+
+func (e *ForeignLedgerKeysError) Error() string {
+	return fmt.Sprintf("%v: keys under the ledgers prefix that are not ledger keys: naming ids %v, naming no id %q",
+		ErrCorruptMetadata, e.IDs, e.Unnamed)
+}
+
+// Is makes errors.Is(err, ErrCorruptMetadata) true.
+func (e *ForeignLedgerKeysError) Is(target error) bool { return target == ErrCorruptMetadata }

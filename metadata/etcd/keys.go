@@ -41,6 +41,21 @@ func (k keys) parseLedger(key []byte) (int64, error) {
 	return id, nil
 }
 
+// foreignLedgerID reads a key under the ledgers prefix that parseLedger rejects. A suffix of
+// decimal digits names that number (named; id -1 if it exceeds every ledger id, so names no
+// ledger); anything else names no id.
+func (k keys) foreignLedgerID(key []byte) (id int64, named bool) {
+	s, _ := strings.CutPrefix(string(key), k.ledgersPrefix())
+	if s == "" || strings.Trim(s, "0123456789") != "" {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return -1, true // all digits: only a value beyond math.MaxInt64 fails
+	}
+	return id, true
+}
+
 func (k keys) bookiesPrefix() string { return k.root + "/bookies/" }
 
 func (k keys) bookieStatePrefix(s metadata.BookieState) string {

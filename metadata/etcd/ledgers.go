@@ -187,12 +187,24 @@ func (s *ledgerStore) List(ctx context.Context, start int64, limit int) ([]int64
 		return nil, false, err
 	}
 	ids := make([]int64, 0, len(resp.Kvs))
+	var foreign metadata.ForeignLedgerKeysError
 	for _, kv := range resp.Kvs {
 		id, err := s.d.keys.parseLedger(kv.Key)
-		if err != nil {
-			return nil, false, err
+		if err == nil {
+			ids = append(ids, id)
+			continue
 		}
-		ids = append(ids, id)
+		// Only canonical ids are returned: the caller pages from the last one, and a foreign
+		// key's place in key order is not its id's.
+		switch id, named := s.d.keys.foreignLedgerID(kv.Key); {
+		case named && id >= 0:
+			foreign.IDs = append(foreign.IDs, id)
+		case !named:
+			foreign.Unnamed = append(foreign.Unnamed, string(kv.Key))
+		}
+	}
+	if foreign.IDs != nil || foreign.Unnamed != nil {
+		return ids, resp.More, &foreign
 	}
 	return ids, resp.More, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -347,5 +348,33 @@ func TestUpdateLedgerRacingCloses(t *testing.T) {
 	stored, v, err := a.Ledgers().Read(ctx, 9)
 	if err != nil || v != vB || stored.LastEntryID != 7 || stored.Length != 800 {
 		t.Fatalf("stored %+v at version %d (%v), want the winner's close at version %d", stored, v, err, vB)
+	}
+}
+
+// TestListReportsForeignLedgerKeys: keys under the ledgers prefix that are not ledger keys do
+// not hide the page's ledgers; List reports them, with the ids they name in another width.
+func TestListReportsForeignLedgerKeys(t *testing.T) {
+	t.Parallel()
+	d := open(t, metadatatest.URI(t))
+	ctx := ctxFor(t, 20*time.Second)
+	for _, id := range []int64{1, 3} {
+		if _, err := d.Ledgers().Create(ctx, id, metadatatest.Ledger()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prefix := strings.TrimSuffix(etcd.LedgerKey(d, 0), "0000000000000000000")
+	for _, k := range []string{"2", "0000000000000000001x", "99999999999999999999"} {
+		if _, err := etcd.RawClient(d).Put(ctx, prefix+k, "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids, _, err := d.Ledgers().List(ctx, 0, 10)
+	var foreign *metadata.ForeignLedgerKeysError
+	if !errors.As(err, &foreign) || !errors.Is(err, metadata.ErrCorruptMetadata) {
+		t.Fatalf("list: %v, want a ForeignLedgerKeysError", err)
+	}
+	if !slices.Equal(ids, []int64{1, 3}) || !slices.Equal(foreign.IDs, []int64{2}) ||
+		!slices.Equal(foreign.Unnamed, []string{prefix + "0000000000000000001x"}) {
+		t.Fatalf("list: ids %v, foreign %+v", ids, foreign)
 	}
 }
