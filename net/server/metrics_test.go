@@ -132,3 +132,18 @@ func TestAddLatencyObservesRefusedAdds(t *testing.T) {
 		t.Fatalf("ADD_ENTRY_REQUEST{success=true} observations = %d, want 1", ok)
 	}
 }
+
+// TestReadRejectedCountsStorageTooManyRequests: a read answered ETOOMANYREQUESTS because
+// Storage's error maps to it is counted in bookkeeper_server_READ_ENTRY_REJECTED, as an add is.
+func TestReadRejectedCountsStorageTooManyRequests(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	env := startEnv(t, withConfig(func(c *Config) {
+		c.Metrics = NewMetrics(reg)
+		c.ErrorCode = func(error) protocol.ReturnCode { return protocol.ETOOMANYREQUESTS }
+	}))
+	c := env.dial(t)
+	mustRead(t, c, 1, 0, protocol.ETOOMANYREQUESTS) // no such entry: Storage.Read fails
+	if got := metricValue(t, reg, "bookkeeper_server_READ_ENTRY_REJECTED"); got != 1 || env.srv.Stats().Rejected != 1 {
+		t.Fatalf("READ_ENTRY_REJECTED %v, Rejected %d after a read answered ETOOMANYREQUESTS, want 1", got, env.srv.Stats().Rejected)
+	}
+}

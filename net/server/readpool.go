@@ -92,8 +92,7 @@ func (s *Server) runRead(t *readTask) {
 	}
 	b := bytebufferpool.Get()
 	rc := protocol.EOK
-	refused := cc.readBudgetSpent() // the client is not reading its responses, or nobody is
-	if refused {
+	if cc.readBudgetSpent() { // the client is not reading its responses, or nobody is
 		rc = protocol.ETOOMANYREQUESTS
 	}
 	if rc == protocol.EOK && t.fencing {
@@ -111,9 +110,10 @@ func (s *Server) runRead(t *readTask) {
 			s.metrics.observeRead(t.start, true)
 			return
 		}
-		refused, rc = true, protocol.ETOOMANYREQUESTS
+		rc = protocol.ETOOMANYREQUESTS
 	}
-	if refused {
+	// Counted by the code sent, as adds are: Storage's errors can map to ETOOMANYREQUESTS too.
+	if rc == protocol.ETOOMANYREQUESTS {
 		s.stats.rejected.Add(1)
 		s.metrics.readRejected()
 	}
