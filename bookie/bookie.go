@@ -52,6 +52,9 @@ type Bookie struct {
 	done    sync.WaitGroup
 	closeMu sync.Mutex
 	closed  bool
+	// stopped is closed once Close has run; fatalErr says why the bookie stopped itself.
+	stopped  chan struct{}
+	fatalErr atomic.Pointer[error]
 }
 
 // ID returns the bookie id (host:port).
@@ -103,7 +106,8 @@ func Start(ctx context.Context, cfg Config) (_ *Bookie, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	b := &Bookie{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), registry: prometheus.NewRegistry()}
+	b := &Bookie{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), stopped: make(chan struct{}),
+		registry: prometheus.NewRegistry()}
 	defer func() {
 		if err != nil {
 			b.Close(context.Background())
@@ -202,7 +206,10 @@ func Start(ctx context.Context, cfg Config) (_ *Bookie, err error) {
 			return nil, fmt.Errorf("bookie: store cookie: %w", err)
 		}
 	}
-	b.checkDisk() // the first state is known before registering
+	// The first state is known before registering.
+	if err := b.checkDisk(); err != nil {
+		return nil, err
+	}
 	info := b.info()
 	reg, err := b.md.Bookies().Register(ctx, info, cfg.RegistrationTTL)
 	if err != nil {
@@ -273,20 +280,28 @@ func (b *Bookie) info() metadata.BookieInfo {
 	return metadata.BookieInfo{ID: b.id, State: state, Endpoints: eps, FreeDiskBytes: free, TotalDiskBytes: total}
 }
 
+// ErrDisksFull: the ledger disks are above diskUsageThreshold and readOnlyModeEnabled=false,
+// so the bookie stops (BookKeeper shuts down) instead of turning read-only.
+var ErrDisksFull = errors.New("bookie: ledger disks full (above diskUsageThreshold) and readOnlyModeEnabled=false: shutting down instead of turning read-only")
+
+// ErrReadOnlyModeDisabled: read-only mode was asked for, but readOnlyModeEnabled=false.
+var ErrReadOnlyModeDisabled = errors.New("bookie: readOnlyModeEnabled=false: read-only mode is disabled")
+
 // checkDisk applies the disk thresholds: read-only above diskUsageThreshold, writable again
-// below diskUsageLwmThreshold; no adds at all once free space is below one entry log.
-func (b *Bookie) checkDisk() {
+// below diskUsageLwmThreshold; no adds at all once free space is below one entry log. With
+// readOnlyModeEnabled=false, a disk above the threshold is ErrDisksFull: the bookie must stop.
+func (b *Bookie) checkDisk() error {
 	usage, free, _, err := b.eng.Usage()
 	if err != nil {
 		b.log.Warn("disk usage check failed", "err", err)
-		return
+		return nil
 	}
 	b.metrics.diskUsage.Set(usage)
 	b.eng.SetDiskFull(free < uint64(b.cfg.Engine.EntryLogSizeLimit)/4)
 	switch {
 	case usage >= b.cfg.DiskUsageThreshold && !b.readOnly.Load():
 		if !b.cfg.ReadOnlyModeEnabled {
-			b.log.Error("disk full and readOnlyModeEnabled=false: refusing adds", "usage", usage)
+			return fmt.Errorf("%w (usage %.3f, threshold %.3f)", ErrDisksFull, usage, b.cfg.DiskUsageThreshold)
 		}
 		b.log.Warn("disk usage above diskUsageThreshold: turning read-only", "usage", usage, "threshold", b.cfg.DiskUsageThreshold)
 		b.setReadOnly(true)
@@ -296,24 +311,31 @@ func (b *Bookie) checkDisk() {
 	case usage >= b.cfg.DiskUsageWarnThreshold:
 		b.log.Warn("disk usage above diskUsageWarnThreshold", "usage", usage)
 	}
+	return nil
 }
 
 // checkStorage turns the bookie read-only for good once its storage failed: every add fails
 // there (a write or fsync error is sticky), and a bookie registered writable would go on being
-// picked for new ensembles, each add to it failing into an ensemble change. Reads go on.
-func (b *Bookie) checkStorage() {
+// picked for new ensembles, each add to it failing into an ensemble change. Reads go on. With
+// readOnlyModeEnabled=false it returns the failure instead: BookKeeper shuts down on every
+// transition to read-only then, and on fatal storage errors anyway.
+func (b *Bookie) checkStorage() error {
 	if b.storageFailed.Load() {
-		return
+		return nil
 	}
 	err := b.eng.Failure()
 	if err == nil {
-		return
+		return nil
+	}
+	if !b.cfg.ReadOnlyModeEnabled {
+		return fmt.Errorf("bookie: storage failed and readOnlyModeEnabled=false: shutting down: %w", err)
 	}
 	b.log.Error("storage failed: read-only until restart (reads still served)", "err", err)
 	b.stateMu.Lock()
 	defer b.stateMu.Unlock()
 	b.storageFailed.Store(true)
 	b.setReadOnlyLocked(true)
+	return nil
 }
 
 // ErrStorageFailed: the bookie cannot be made writable, its storage failed.
@@ -360,6 +382,9 @@ func (b *Bookie) updateRegistrationLocked() error {
 // SetReadOnly forces read-only mode on (until SetReadOnly(false)), as an operator would. The
 // mode changes at once; an error says the registration does not show it yet (it is retried).
 func (b *Bookie) SetReadOnly(ro bool) error {
+	if ro && !b.cfg.ReadOnlyModeEnabled {
+		return ErrReadOnlyModeDisabled // BookKeeper's admin API refuses it too (400)
+	}
 	b.stateMu.Lock()
 	defer b.stateMu.Unlock()
 	if !ro && b.storageFailed.Load() {
@@ -380,8 +405,14 @@ func (b *Bookie) runDiskChecker() {
 		case <-b.stop:
 			return
 		case <-t.C:
-			b.checkStorage()
-			b.checkDisk()
+			err := b.checkStorage()
+			if err == nil {
+				err = b.checkDisk()
+			}
+			if err != nil {
+				b.fail(err)
+				return
+			}
 			if b.regStale.Load() {
 				b.stateMu.Lock()
 				b.updateRegistrationLocked()
@@ -389,6 +420,34 @@ func (b *Bookie) runDiskChecker() {
 			}
 		}
 	}
+}
+
+// fail stops the bookie on a fatal error: it is logged, Err returns it, and Done is closed
+// once the shutdown is over. The owner (ringkeeper bookie) exits on it; the library does not.
+func (b *Bookie) fail(err error) {
+	if !b.fatalErr.CompareAndSwap(nil, &err) {
+		return
+	}
+	b.log.Error("fatal error: shutting down", "err", err)
+	go func() { // not in b.done: Close waits for it, and this is called from the disk checker
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if cerr := b.Close(ctx); cerr != nil {
+			b.log.Warn("shutdown after a fatal error", "err", cerr)
+		}
+	}()
+}
+
+// Done is closed once the bookie has stopped: Close was called, or it stopped itself on a
+// fatal error (Err says which).
+func (b *Bookie) Done() <-chan struct{} { return b.stopped }
+
+// Err is the fatal error the bookie stopped itself on, or nil.
+func (b *Bookie) Err() error {
+	if p := b.fatalErr.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Close shuts down gracefully: deregister (clients stop choosing this bookie), stop the server
@@ -419,5 +478,6 @@ func (b *Bookie) Close(ctx context.Context) error {
 	if b.md != nil {
 		errs = append(errs, b.md.Close())
 	}
+	close(b.stopped)
 	return errors.Join(errs...)
 }

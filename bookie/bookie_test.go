@@ -608,3 +608,94 @@ func TestEmptiedJournalDirIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestDiskFullWithReadOnlyModeDisabledStops: with readOnlyModeEnabled=false, BookKeeper shuts
+// a bookie down where it would turn read-only. A disk that fills past diskUsageThreshold stops
+// the bookie (Done, Err is ErrDisksFull, deregistered, port closed), never read-only; a start
+// on a full disk fails; an operator cannot force read-only mode.
+func TestDiskFullWithReadOnlyModeDisabledStops(t *testing.T) {
+	uri := metadatatest.URI(t)
+	md := metadatatest.Open(t, uri)
+	cfg := testConfig(t, uri, t.TempDir())
+	cfg.DiskCheckInterval = 20 * time.Millisecond
+	cfg.DiskUsageThreshold, cfg.DiskUsageWarnThreshold, cfg.DiskUsageLwmThreshold = 0.5, 0.4, 0.3
+	cfg.ReadOnlyModeEnabled = false
+	fs := diskio.NewMem(4096)
+	cfg.Engine.FS = fs
+	b := start(t, cfg)
+	c := dial(t, b)
+	if rc, err := c.Add(key, entry(10, 0), 0); err != nil || rc != protocol.EOK {
+		t.Fatalf("add: %v %v", rc, err)
+	}
+	if err := b.SetReadOnly(true); !errors.Is(err, ErrReadOnlyModeDisabled) || b.ReadOnly() {
+		t.Fatalf("forced read-only with readOnlyModeEnabled=false: %v, read-only %v", err, b.ReadOnly())
+	}
+	if code, resp := adminDo(t, b, "PUT", "/api/v1/bookie/state/readonly", strings.NewReader(`{"readOnly": true}`)); code != http.StatusBadRequest || b.ReadOnly() {
+		t.Fatalf("admin PUT readOnly=true: %d %s, read-only %v; want 400 and no change", code, resp, b.ReadOnly())
+	}
+
+	used := memUsed(t, fs)
+	fs.SetCapacity(used + used/2) // about 67% full, room left for a clean shutdown
+	select {
+	case <-b.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("bookie still running on a full disk with readOnlyModeEnabled=false (read-only %v)", b.ReadOnly())
+	}
+	if !errors.Is(b.Err(), ErrDisksFull) {
+		t.Fatalf("Err %v, want ErrDisksFull", b.Err())
+	}
+	t.Log(b.Err())
+	if b.ReadOnly() {
+		t.Fatal("the bookie turned read-only before stopping")
+	}
+	if all, err := md.Bookies().List(context.Background(), metadata.ListAll); err != nil || len(all) != 0 {
+		t.Fatalf("still registered after stopping: %v %v", all, err)
+	}
+	if c2, err := servertest.Dial(b.Addr().String()); err == nil {
+		c2.Close()
+		t.Fatal("still listening after stopping")
+	}
+
+	// A start on the full disk fails the same way, and registers nothing.
+	if b2, err := Start(context.Background(), cfg); !errors.Is(err, ErrDisksFull) {
+		if err == nil {
+			b2.Close(context.Background())
+		}
+		t.Fatalf("start on a full disk with readOnlyModeEnabled=false: %v, want ErrDisksFull", err)
+	}
+	if all, err := md.Bookies().List(context.Background(), metadata.ListAll); err != nil || len(all) != 0 {
+		t.Fatalf("registered after a failed start: %v %v", all, err)
+	}
+}
+
+// TestFailedStorageWithReadOnlyModeDisabledStops: failed storage turns a bookie read-only for
+// good; with readOnlyModeEnabled=false it stops instead, with the storage error.
+func TestFailedStorageWithReadOnlyModeDisabledStops(t *testing.T) {
+	uri := metadatatest.URI(t)
+	cfg := testConfig(t, uri, t.TempDir())
+	cfg.DiskCheckInterval = 20 * time.Millisecond
+	cfg.ReadOnlyModeEnabled = false
+	fs := diskio.NewMem(4096)
+	cfg.Engine.FS = fs
+	b := start(t, cfg)
+	c := dial(t, b)
+	fs.SetInjector(func(op diskio.Op) error {
+		if op.Kind == diskio.OpSync {
+			return unix.EIO
+		}
+		return nil
+	})
+	if rc, err := c.Add(key, entry(11, 0), 0); err != nil || rc != protocol.EIO {
+		t.Fatalf("add with a failing fsync: %v %v, want EIO", rc, err)
+	}
+	fs.SetInjector(nil)
+	select {
+	case <-b.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("bookie still running on failed storage with readOnlyModeEnabled=false (read-only %v)", b.ReadOnly())
+	}
+	if !errors.Is(b.Err(), unix.EIO) {
+		t.Fatalf("Err %v, want the storage failure (EIO)", b.Err())
+	}
+	t.Log(b.Err())
+}

@@ -76,7 +76,9 @@ type Config struct {
 	DiskUsageWarnThreshold float64
 	DiskUsageLwmThreshold  float64
 	DiskCheckInterval      time.Duration
-	ReadOnlyModeEnabled    bool
+	// ReadOnlyModeEnabled false: the bookie stops where it would turn read-only (full disks,
+	// failed storage), and refuses read-only mode from the admin API, as BookKeeper does.
+	ReadOnlyModeEnabled bool
 
 	// PrometheusStatsHTTPPort serves /metrics, /heartbeat and the admin API (0 = off).
 	PrometheusStatsHTTPPort int

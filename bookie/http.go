@@ -123,9 +123,12 @@ func (b *Bookie) handleSetReadOnly(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := b.SetReadOnly(bool(*req.ReadOnly)); err != nil {
 		w.Header().Set("Content-Type", "application/json")
-		if errors.Is(err, ErrStorageFailed) {
+		switch {
+		case errors.Is(err, ErrStorageFailed):
 			w.WriteHeader(http.StatusConflict)
-		} else {
+		case errors.Is(err, ErrReadOnlyModeDisabled):
+			w.WriteHeader(http.StatusBadRequest)
+		default:
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 		json.NewEncoder(w).Encode(map[string]any{"id": b.id, "readOnly": b.ReadOnly(),

@@ -108,7 +108,11 @@ An unknown key is a warning; a bad value is an error. SIGTERM or Ctrl-C shuts do
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "bookie %s ready on %s (metadata %s)\n", b.ID(), b.Addr(), cfg.MetadataServiceURI)
-			<-cmd.Context().Done()
+			select {
+			case <-cmd.Context().Done():
+			case <-b.Done(): // it stopped itself (full disks with readOnlyModeEnabled=false, ...)
+				return b.Err()
+			}
 			log.Info("shutting down")
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
