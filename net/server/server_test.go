@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -802,5 +803,44 @@ func TestNegativeIDsAreBadRequests(t *testing.T) {
 	}
 	if rc, _, err := c.Read(1, -5); err != nil || rc != protocol.EBADREQ {
 		t.Errorf("read of entry -5: %v, %v; want EBADREQ", rc, err)
+	}
+}
+
+// TestWakeCoalescingStrandsNothing: a completion wakes the loop only if the queue was empty, so
+// one racing with the loop's take of the queue must still be written. Small windows keep
+// completions, wakes and takes interleaving; a stranded response fails the read deadline.
+func TestWakeCoalescingStrandsNothing(t *testing.T) {
+	env := startEnv(t)
+	n := 5000
+	if testing.Short() {
+		n = 1000
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i, window := range []int{1, 2, 3, 8} {
+		nc, err := net.Dial("tcp", env.srv.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = nc.SetDeadline(time.Now().Add(20 * time.Second))
+		tokens := make(chan struct{}, window)
+		for range window {
+			tokens <- struct{}{}
+		}
+		wg.Add(2)
+		go func() { defer wg.Done(); errs <- benchWriter(nc, int64(100+i), n, 16, tokens) }()
+		go func() {
+			defer wg.Done()
+			errs <- benchReader(nc, n, tokens)
+			_ = nc.Close()
+			close(tokens) // a writer waiting for a response that never came stops
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
