@@ -149,6 +149,9 @@ func TestAppendFromCallback(t *testing.T) {
 	const n, chains = 5000, 100
 	var issued atomic.Int64
 	next := int64(0) // only callbacks touch it: they must not run concurrently (-race)
+	// sentAs[id] is the payload index entry id was appended with: the starting goroutine and
+	// the callbacks append concurrently, so the order of issued is not the order of entry ids.
+	sentAs := make([]int64, n)
 	done := make(chan struct{})
 	var appendNext func()
 	appendNext = func() {
@@ -159,6 +162,8 @@ func TestAppendFromCallback(t *testing.T) {
 		lh.AppendAsync(payload(lh.ID(), i), func(id int64, err error) {
 			if err != nil || id != next {
 				t.Errorf("completion %d: %v, expected %d", id, err, next)
+			} else {
+				sentAs[id] = i
 			}
 			next++
 			if next == n {
@@ -180,7 +185,18 @@ func TestAppendFromCallback(t *testing.T) {
 	if err := lh.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	checkEntries(t, lh, n-1)
+	entries, err := lh.Read(context.Background(), 0, n-1)
+	if err != nil || len(entries) != n {
+		t.Fatalf("read 0..%d: %d entries, %v", n-1, len(entries), err)
+	}
+	seen := make([]bool, n)
+	for k, e := range entries {
+		i := sentAs[k]
+		if e.EntryID != int64(k) || seen[i] || !bytes.Equal(e.Payload, payload(lh.ID(), i)) {
+			t.Fatalf("entry %d: id %d, payload %q, appended as payload %d (seen before: %v)", k, e.EntryID, e.Payload, i, seen[i])
+		}
+		seen[i] = true
+	}
 }
 
 func TestBookieStoppedDuringWritesChangesEnsemble(t *testing.T) {
