@@ -107,13 +107,13 @@
 // last entry]. So the run that may hold an entry is the first one at or after (ledgerId,
 // entryId): Location is one SeekGE and a decode of the whole run (only its end check tells a
 // damaged run from a good one), and LastEntry is the ledger's last key. 64 entries keep that
-// decode to a fraction of the seek (with 256 it was a third of a look-up). Commit keeps the invariant: it sorts the batch's locations, and for
-// each ledger reads the stored runs that the new entries' range overlaps (one SeekGE; none
-// for a ledger written in order), merges them with the new locations (new ones win), deletes
-// them and writes the merged list as new runs, all in the one atomic batch. Commits of an
-// index are serialised, so the merge reads what no other commit is changing. Re-added
-// entries (journal replay), compaction's relocations (any subset of a run) and recovery adds
-// all take that path.
+// decode to a fraction of the seek (with 256 it was a third of a look-up). Commit keeps the
+// invariant: it sorts the batch's locations, and for each ledger reads the stored runs that
+// the new entries' range overlaps (one SeekGE; none for a ledger written in order), merges them
+// with the new locations (new ones win), deletes them and writes the merged list as new runs,
+// all in the one atomic batch. Commits of an index are serialised, so the merge reads what no
+// other commit is changing. Re-added entries (journal replay), compaction's relocations (any
+// subset of a run) and recovery adds all take that path.
 //
 // # Look-ups
 //

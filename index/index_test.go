@@ -732,13 +732,7 @@ func TestFormat2GainsACheckpointRecord(t *testing.T) {
 	if err := b.Commit(true); err != nil {
 		t.Fatal(err)
 	}
-	// Make it a format-2 store, as an older build left it.
-	if err := ix.db.Set(formatKey, []byte("RKIX\x00\x00\x00\x02"), pebble.Sync); err != nil {
-		t.Fatal(err)
-	}
-	if err := ix.db.Delete(checkpointKey, pebble.Sync); err != nil {
-		t.Fatal(err)
-	}
+	makeFormat2(t, ix)
 	ix.Close()
 	if ix, err = Open(DefaultConfig(dir)); err != nil {
 		t.Fatalf("format 2: %v", err)
@@ -797,13 +791,7 @@ func TestUpgradedEndsWithTheFirstCheckpoint(t *testing.T) {
 	if ix.Upgraded() {
 		t.Fatal("a new store is Upgraded")
 	}
-	// Make it a format-2 store, as an older build left it.
-	if err := ix.db.Set(formatKey, []byte("RKIX\x00\x00\x00\x02"), pebble.Sync); err != nil {
-		t.Fatal(err)
-	}
-	if err := ix.db.Delete(checkpointKey, pebble.Sync); err != nil {
-		t.Fatal(err)
-	}
+	makeFormat2(t, ix)
 	ix.Close()
 	if ix, err = Open(DefaultConfig(dir)); err != nil {
 		t.Fatal(err)
@@ -836,5 +824,17 @@ func TestUpgradedEndsWithTheFirstCheckpoint(t *testing.T) {
 	defer ix.Close()
 	if ix.Upgraded() {
 		t.Fatal("reopened: Upgraded after a checkpoint record was committed")
+	}
+}
+
+// makeFormat2 makes ix's store a format-2 one, as an older build left it: that format's
+// version record and no checkpoint record.
+func makeFormat2(t *testing.T, ix *Index) {
+	t.Helper()
+	if err := ix.db.Set(formatKey, []byte("RKIX\x00\x00\x00\x02"), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.db.Delete(checkpointKey, pebble.Sync); err != nil {
+		t.Fatal(err)
 	}
 }
